@@ -1,0 +1,3 @@
+from findings.cli import main
+
+main()

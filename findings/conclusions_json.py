@@ -1,0 +1,75 @@
+"""The stable machine-readable shape of `findings conclusions --json`.
+
+Documented in docs/conclusions.md. Keys listed there are stable; new keys may
+be added, none are removed or renamed without a version bump of "shape".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from findings.analysis import Best, Conclusions
+from findings.history import Entry
+
+SHAPE_VERSION = 1
+
+
+def _r(x: float) -> float:
+    return round(x, 4)
+
+
+def _best(b: Best | None, with_c: bool) -> dict[str, Any] | None:
+    if b is None:
+        return None
+    d: dict[str, Any] = {}
+    if with_c:
+        d["concurrency"] = b.concurrency
+    d["best"] = b.config
+    d["decisive"] = b.decisive
+    d["throughput_tok_s"] = round(b.cell.mean, 2)
+    if not with_c:
+        d["concurrency"] = b.concurrency
+    d["runner_up"] = b.lead.b.config if b.lead else None
+    d["lead"] = _r(b.lead.delta) if b.lead else None
+    d["band"] = _r(b.lead.band) if b.lead else None
+    return d
+
+
+def to_json(conclusions: Conclusions, history: list[Entry]) -> dict[str, Any]:
+    workloads: dict[str, Any] = {}
+    for wc in conclusions.workloads:
+        workloads[wc.workload] = {
+            "latency": _best(wc.latency, with_c=True),
+            "throughput": _best(wc.throughput, with_c=False),
+            "candidates": {
+                c.config: {
+                    "policy": c.policy,
+                    "threshold": c.threshold,
+                    "verdicts": {str(x.concurrency): x.verdict for x in c.comparisons},
+                    "ratios": {str(x.concurrency): _r(x.ratio) for x in c.comparisons},
+                    "bands": {str(x.concurrency): _r(x.band) for x in c.comparisons},
+                    "campaigns": {str(x.concurrency): x.a.campaign for x in c.comparisons},
+                }
+                for c in wc.candidates
+            },
+            "simulated": wc.simulated,
+        }
+    return {
+        "shape": SHAPE_VERSION,
+        "baseline": conclusions.rules.baseline,
+        "noise_floor": conclusions.rules.noise_floor,
+        "workloads": workloads,
+        "history": [
+            {
+                "campaign": e.campaign.name,
+                "date": e.campaign.date,
+                "order": e.campaign.order,
+                "policies": {
+                    wc.workload: {c.config: c.policy for c in wc.candidates}
+                    for wc in e.conclusions.workloads
+                },
+                "changes": [c.text for c in e.changes],
+            }
+            for e in history
+        ],
+    }

@@ -1,0 +1,91 @@
+"""The findings document and the conclusions: store in, text out."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from findings import fmt, render, report, store
+from findings.analysis import conclude
+from findings.conclusions_json import to_json
+from findings.errors import FindingsError
+from findings.history import replay
+from findings.prose import latency, policy, throughput
+from findings.settings import Settings
+
+
+def _label(settings: Settings) -> str:
+    try:
+        return str(Path(os.path.relpath(settings.store.resolve(), settings.root)))
+    except ValueError:
+        return str(settings.store)
+
+
+def render_text(settings: Settings) -> str:
+    data = store.load(settings.store)
+    if not data.points:
+        raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
+    doc = report.build(data, settings.rules, settings.title, _label(settings))
+    return render.render(settings.templates, settings.template, doc)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    path: Path
+    changed: bool
+    diff: str = ""
+
+
+def render_document(settings: Settings, output: str | None = None, check: bool = False) -> Rendered:
+    """Write the document, or with ``check`` compare it with the file on disk."""
+    text = render_text(settings)
+    path = Path(output) if output else settings.document
+    try:
+        old = path.read_text(encoding="utf-8") if path.exists() else None
+    except OSError as exc:
+        raise FindingsError(f"{path}: cannot read: {exc.strerror}") from exc
+    if check:
+        if old == text:
+            return Rendered(path, changed=False)
+        diff = render.short_diff(old or "", text, str(path)) if old is not None else f"{path} does not exist"
+        return Rendered(path, changed=True, diff=diff)
+    if old == text:
+        return Rendered(path, changed=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return Rendered(path, changed=True)
+
+
+def conclusions(settings: Settings) -> dict[str, Any]:
+    data = store.load(settings.store)
+    return to_json(conclude(data, settings.rules), replay(data, settings.rules))
+
+
+def conclusions_json(settings: Settings) -> str:
+    return json.dumps(conclusions(settings), indent=2, ensure_ascii=False)
+
+
+def conclusions_text(settings: Settings) -> str:
+    """The conclusions as short plain text for a terminal."""
+    data = store.load(settings.store)
+    result = conclude(data, settings.rules)
+    if not result.workloads:
+        return "no points in the store"
+    lines = [f"baseline: {settings.rules.baseline}; noise floor {fmt.band(settings.rules.noise_floor)}"]
+    for wc in result.workloads:
+        lines.append("")
+        lines.append(f"workload {wc.workload}")
+        lines.append(f"  latency:    {_plain(latency(wc))}")
+        lines.append(f"  throughput: {_plain(throughput(wc))}")
+        for cand in wc.candidates:
+            lines.append(f"  policy      {_plain(policy(cand))}")
+    return "\n".join(lines)
+
+
+def _plain(markdown: str) -> str:
+    return markdown.replace("**", "").replace("`", "")

@@ -1,0 +1,39 @@
+"""The one error family the CLI turns into a one-line message.
+
+Imports nothing internal: every other module may raise these.
+"""
+
+from __future__ import annotations
+
+
+class FindingsError(Exception):
+    """An expected failure, reported to the user as one line (exit code 1)."""
+
+
+class InputError(FindingsError):
+    """A file we were asked to read is malformed.
+
+    The message always names the file, the line (when there is one) and the
+    field, so that the user can go straight to the fault.
+    """
+
+    def __init__(self, path: str, line: int | None, field: str | None, message: str) -> None:
+        self.path = path
+        self.line = line
+        self.field = field
+        self.message = message
+        where = path if line is None else f"{path}:{line}"
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}: {what}{message}")
+
+
+class StoreError(FindingsError):
+    """The results store is unreadable, or a write to it was refused."""
+
+
+class DuplicateError(StoreError):
+    """The content being ingested is already in the store."""
+
+
+class SettingsError(FindingsError):
+    """findings.toml or a command-line setting is invalid."""

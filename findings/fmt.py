@@ -1,0 +1,64 @@
+"""Fixed-precision number formatting, shared by prose, tables and JSON."""
+
+from __future__ import annotations
+
+import re
+
+
+def tput(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def pct(delta: float) -> str:
+    """A signed relative change: +10.1%, -6.4%, +0.0%."""
+    value = round(delta * 100, 1)
+    if value == 0:
+        value = 0.0
+    return f"{value:+.1f}%"
+
+
+def band(b: float) -> str:
+    return f"±{b * 100:.1f}%"
+
+
+def ratio(r: float) -> str:
+    return f"{r:.3f}"
+
+
+def conc_list(concs: list[int]) -> str:
+    """1, 2 and 5 -> "C=1, 2 and 5"."""
+    if not concs:
+        return ""
+    items = [str(c) for c in concs]
+    if len(items) == 1:
+        return f"C={items[0]}"
+    return "C=" + ", ".join(items[:-1]) + " and " + items[-1]
+
+
+_MD_SPECIAL = str.maketrans({
+    "\\": "\\\\", "|": "\\|", "*": "\\*", "`": "\\`", "[": "\\[", "]": "\\]",
+    "<": "&lt;", ">": "&gt;", "&": "&amp;", "#": "\\#", "\n": " ", "\r": " ", "\t": " ",
+})
+
+
+_EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def text(value: object) -> str:
+    """Data as inert markdown text: no tables broken, no HTML, no links.
+
+    Underscores inside words cannot start emphasis in GFM, so only those at
+    a word's edge are escaped; that keeps ``tp_size`` readable in the source.
+    """
+    return _EDGE_UNDERSCORE.sub(r"\\_", str(value).translate(_MD_SPECIAL))
+
+
+def code(value: object) -> str:
+    """A name as an inline code span, safe for any content and inside tables."""
+    s = " ".join(str(value).split())
+    s = s.replace("|", "\\|")
+    fence = "`"
+    while fence in s:
+        fence += "`"
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}"

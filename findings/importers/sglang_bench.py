@@ -1,0 +1,244 @@
+"""``python -m sglang.bench_serving --output-file`` JSONL.
+
+One line is one point at its ``max_concurrency``; several lines at the same
+concurrency are repeats. Formats, as read from the sglang wheels (see
+tests/fixtures/sglang_bench/README.md):
+
+- 0.5.15-0.5.23: ``tag``, ``server_info`` (full /server_info), p90/p95
+  percentiles, ``total_throughput``, ``max_output_tokens_per_s``;
+- 0.4.x: no ``tag``, ``server_info`` or p90/p95 (``accept_length`` top-level);
+- 0.3.x: no ``max_concurrency`` at all (give ``--concurrency``).
+
+Lines may hold ``Infinity`` (``request_rate``), ``NaN`` (0.3.x means of a run
+where every request failed) and ``null``. Every numeric top-level key is kept
+as a metric, so percentiles that a release lacks are simply absent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, Mapping
+
+from findings.errors import InputError
+from findings.importers.common import Source, line_hash, now_utc, run_id, tool_version
+from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
+from findings.schema import point_id
+
+NAME = "sglang-bench"
+VERSION = "1"
+
+#: Top-level keys that describe the workload sent, not a measurement.
+WORKLOAD_KEYS = (
+    "backend", "dataset_name", "request_rate", "sharegpt_output_len",
+    "random_input_len", "random_output_len", "random_range_ratio", "tag",
+)
+#: Per-request lists written by ``--output-details`` (ttfts/itls in seconds).
+DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
+#: Resolved server arguments kept as config facts (the rest of the ~550 are noise).
+SERVER_FACTS = (
+    "version", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "ep_size",
+    "dtype", "kv_cache_dtype", "quantization", "load_format", "attention_backend",
+    "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs", "mem_fraction_static",
+    "disable_overlap_schedule", "speculative_algorithm", "speculative_draft_model_path",
+    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+    "speculative_adaptive", "enable_metrics", "launch_command",
+)
+_SECRET = re.compile(r"(--(?:api-key|admin-api-key|hf-token|token)[= ])(\S+)", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """Launch commands may carry keys: never store them."""
+    return _SECRET.sub(r"\1<redacted>", text)
+
+
+def _number(path: str, line: int, key: str, value: Any) -> float | None:
+    """A metric value: a finite number, or None for null/NaN/absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(path, line, key, f"expected a number, got {type(value).__name__}")
+    if math.isnan(value):
+        return None
+    if math.isinf(value):
+        raise InputError(path, line, key, "expected a finite number, got Infinity")
+    return float(value)
+
+
+def _workload_value(path: str, line: int, key: str, value: Any) -> Scalar:
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    raise InputError(path, line, key, f"expected a scalar, got {type(value).__name__}")
+
+
+def _facts(path: str, line: int, info: Any) -> dict[str, Scalar]:
+    if info is None:
+        return {}
+    if not isinstance(info, dict):
+        raise InputError(path, line, "server_info", "expected an object or null")
+    facts: dict[str, Scalar] = {}
+    for key in SERVER_FACTS:
+        if key not in info or info[key] is None:
+            continue
+        value = info[key]
+        if isinstance(value, list):
+            value = " ".join(str(v) for v in value)
+        if not isinstance(value, (str, int, float, bool)):
+            raise InputError(path, line, f"server_info.{key}", "expected a scalar")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(path, line, f"server_info.{key}", "expected a finite number")
+        facts[key] = redact(value) if isinstance(value, str) else value
+    if "version" in facts:
+        facts["sglang_version"] = facts.pop("version")
+    return facts
+
+
+def _details(path: str, line: int, doc: dict[str, Any]) -> dict[str, object] | None:
+    present = [k for k in DETAIL_KEYS if k in doc]
+    if not present:
+        return None
+    out: dict[str, object] = {}
+    n = None
+    for key in present:
+        value = doc[key]
+        if not isinstance(value, list):
+            raise InputError(path, line, key, "expected a list")
+        if n is not None and len(value) != n:
+            raise InputError(path, line, key, f"has {len(value)} entries, expected {n}")
+        n = len(value)
+        if key == "itls":
+            for i, row in enumerate(value):
+                if not isinstance(row, list) or not all(_is_num(x) for x in row):
+                    raise InputError(path, line, f"itls[{i}]", "expected a list of numbers")
+            out["itl_s"] = value
+        elif key == "errors":
+            if not all(isinstance(x, str) or x is None for x in value):
+                raise InputError(path, line, key, "expected a list of strings")
+            out["error"] = [x or "" for x in value]
+        else:
+            if not all(_is_num(x) for x in value):
+                raise InputError(path, line, key, "expected a list of numbers")
+            out[{"input_lens": "input_len", "output_lens": "output_len", "ttfts": "ttft_s"}[key]] = value
+    return out
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def read(
+    src: Source,
+    config: str,
+    campaign: str,
+    workload: str,
+    date: str,
+    order: int | None = None,
+    concurrency: int | None = None,
+    environment: Mapping[str, Scalar] | None = None,
+    skip_lines: frozenset[str] = frozenset(),
+    source: str = "import",
+) -> Run:
+    """Parse and validate every line; raise InputError on the first fault."""
+    text = src.text()
+    rid = run_id(NAME, src.sha256)
+    points: list[Point] = []
+    hashes: set[str] = set()
+    facts: dict[str, Scalar] = {}
+    facts_line: dict[str, int] = {}
+    env = dict(environment or {})
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        h = line_hash(raw)
+        if h in skip_lines:
+            continue
+        if h in hashes:
+            raise InputError(src.path, line, None, "this line repeats an earlier line exactly")
+        try:
+            doc = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise InputError(src.path, line, None, f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+        except RecursionError:
+            raise InputError(src.path, line, None, "not valid JSON: nested too deeply") from None
+        if not isinstance(doc, dict):
+            raise InputError(src.path, line, None, "expected a JSON object")
+        if "output_throughput" not in doc:
+            raise InputError(src.path, line, "output_throughput", "missing")
+        tput = _number(src.path, line, "output_throughput", doc["output_throughput"])
+        if tput is None or tput < 0:
+            raise InputError(src.path, line, "output_throughput", "expected a number >= 0")
+        conc_raw = doc.get("max_concurrency")
+        if conc_raw is None:
+            if concurrency is None:
+                raise InputError(
+                    src.path, line, "max_concurrency",
+                    "missing or null (run without --max-concurrency); pass --concurrency N",
+                )
+            conc = concurrency
+        elif isinstance(conc_raw, bool) or not isinstance(conc_raw, int) or conc_raw < 1:
+            raise InputError(src.path, line, "max_concurrency", f"expected an integer >= 1, got {conc_raw!r}")
+        else:
+            conc = conc_raw
+        metrics: dict[str, float] = {THROUGHPUT: tput}
+        for key, value in doc.items():
+            if key in WORKLOAD_KEYS or key in DETAIL_KEYS or key in ("output_throughput", "max_concurrency"):
+                continue
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                num = _number(src.path, line, key, value)
+                if num is not None:
+                    metrics[key] = num
+            elif key == "accept_length" and value is not None:
+                raise InputError(src.path, line, key, "expected a number or null")
+        params = {k: _workload_value(src.path, line, k, doc[k]) for k in WORKLOAD_KEYS if k in doc}
+        for key, value in _facts(src.path, line, doc.get("server_info")).items():
+            if key in facts and facts[key] != value:
+                raise InputError(
+                    src.path, line, f"server_info.{key}",
+                    f"{value!r} differs from {facts[key]!r} on line {facts_line[key]}; one file holds one config",
+                )
+            facts.setdefault(key, value)
+            facts_line.setdefault(key, line)
+        hashes.add(h)
+        points.append(
+            Point(
+                id=point_id(rid, len(points)),
+                run_id=rid,
+                campaign=campaign,
+                config=config,
+                workload=workload,
+                concurrency=conc,
+                metrics=metrics,
+                source=source,
+                source_file=src.path,
+                source_line=line,
+                workload_params={k: v for k, v in params.items() if v is not None},
+                requests=_details(src.path, line, doc),
+            )
+        )
+    if not points:
+        if not text.strip():
+            raise InputError(src.path, None, None, "the file is empty: no result lines")
+        raise InputError(src.path, None, None, "every line was already ingested; nothing to add")
+    if "sglang_version" in facts:
+        env.setdefault("sglang_version", facts["sglang_version"])
+    return Run(
+        schema_version=1,
+        run_id=rid,
+        source=source,
+        importer=NAME,
+        importer_version=VERSION,
+        tool_version=tool_version(),
+        created_at=now_utc(),
+        source_file=src.path,
+        source_sha256=src.sha256,
+        environment=env,
+        campaigns=(Campaign(name=campaign, date=date, order=order),),
+        configs={config: facts},
+        points=tuple(points),
+        line_hashes=frozenset(hashes),
+    )

@@ -1,0 +1,197 @@
+"""The long CSV table: one row per (campaign, config, concurrency).
+
+This is the format of the hand-recorded seed results
+(benchmarks/history/measurements.csv). Columns:
+
+- required: ``campaign``, ``workload``, ``config``, ``concurrency``,
+  ``output_throughput_tok_s``;
+- optional: ``order`` (the campaign's place in time when no date was kept),
+  ``date`` (YYYY-MM-DD), ``note``, ``repeat`` (ignored: repeats are rows with
+  the same key);
+- any other column is a metric: a number, or empty.
+
+An optional configs CSV (``--configs``) has a ``config`` column and one
+column per fact; empty cells are facts not known.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Mapping
+
+from findings.errors import InputError
+from findings.importers.common import Source, line_hash, now_utc, run_id, tool_version
+from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
+from findings.schema import point_id, valid_date, valid_name
+
+NAME = "table"
+VERSION = "1"
+REQUIRED = ("campaign", "workload", "config", "concurrency", THROUGHPUT)
+KNOWN = REQUIRED + ("order", "date", "note", "repeat")
+
+
+def _rows(src: Source, required: tuple[str, ...]) -> tuple[list[str], list[tuple[int, dict[str, str], str]]]:
+    text = src.text()
+    if not text.strip():
+        raise InputError(src.path, None, None, "the file is empty")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except csv.Error as exc:
+        raise InputError(src.path, 1, None, f"bad CSV: {exc}") from exc
+    for name in required:
+        if name not in header:
+            raise InputError(src.path, 1, name, "required column is missing")
+    if len(set(header)) != len(header):
+        dup = sorted({h for h in header if header.count(h) > 1})[0]
+        raise InputError(src.path, 1, dup, "column appears twice")
+    lines = text.splitlines()
+    rows = []
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise InputError(src.path, reader.line_num, None, f"bad CSV: {exc}") from exc
+        line = reader.line_num
+        if not any(c.strip() for c in cells):
+            continue
+        if len(cells) != len(header):
+            raise InputError(src.path, line, None, f"expected {len(header)} cells, found {len(cells)}")
+        raw = lines[line - 1] if line - 1 < len(lines) else ",".join(cells)
+        rows.append((line, {h: c.strip() for h, c in zip(header, cells)}, raw))
+    if not rows:
+        raise InputError(src.path, None, None, "no data rows")
+    return header, rows
+
+
+def _number(src: Source, line: int, field: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(src.path, line, field, f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise InputError(src.path, line, field, f"expected a finite number, got {text!r}")
+    return value
+
+
+def _int(src: Source, line: int, field: str, text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise InputError(src.path, line, field, f"expected an integer, got {text!r}") from None
+    if value < minimum:
+        raise InputError(src.path, line, field, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _name(src: Source, line: int, field: str, text: str) -> str:
+    if not valid_name(text):
+        raise InputError(src.path, line, field, f"expected a non-empty name, got {text!r}")
+    return text
+
+
+def _fact(text: str) -> Scalar:
+    for cast in (int, float):
+        try:
+            value = cast(text)
+        except ValueError:
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            return text
+        return value
+    return text
+
+
+def read_configs(src: Source) -> dict[str, Mapping[str, Scalar]]:
+    _, rows = _rows(src, ("config",))
+    configs: dict[str, Mapping[str, Scalar]] = {}
+    for line, row, _raw in rows:
+        name = _name(src, line, "config", row["config"])
+        if name in configs:
+            raise InputError(src.path, line, "config", f"config {name!r} listed twice")
+        configs[name] = {k: _fact(v) for k, v in row.items() if k != "config" and v != ""}
+    return configs
+
+
+def read(
+    src: Source,
+    configs_src: Source | None = None,
+    environment: Mapping[str, Scalar] | None = None,
+    skip_lines: frozenset[str] = frozenset(),
+    source: str = "import",
+) -> Run:
+    """Parse and validate a whole table; raise InputError on the first fault."""
+    header, rows = _rows(src, REQUIRED)
+    configs = read_configs(configs_src) if configs_src else {}
+    rid = run_id(NAME, src.sha256)
+    campaigns: dict[str, Campaign] = {}
+    first_line: dict[str, int] = {}
+    points: list[Point] = []
+    hashes: set[str] = set()
+    for line, row, raw in rows:
+        h = line_hash(raw)
+        if h in skip_lines:
+            continue
+        if h in hashes:
+            raise InputError(src.path, line, None, "this row repeats an earlier row exactly")
+        campaign = _name(src, line, "campaign", row["campaign"])
+        config = _name(src, line, "config", row["config"])
+        if configs_src is not None and config not in configs:
+            raise InputError(src.path, line, "config", f"config {config!r} is not in {configs_src.path}")
+        order = _int(src, line, "order", row["order"], 0) if row.get("order") else None
+        date = row.get("date") or None
+        if date is not None and not valid_date(date):
+            raise InputError(src.path, line, "date", f"expected YYYY-MM-DD, got {date!r}")
+        c = Campaign(name=campaign, date=date, order=order)
+        if campaign in campaigns and campaigns[campaign] != c:
+            raise InputError(
+                src.path, line, "order" if date == campaigns[campaign].date else "date",
+                f"campaign {campaign!r} was given another date/order on line {first_line[campaign]}",
+            )
+        campaigns.setdefault(campaign, c)
+        first_line.setdefault(campaign, line)
+        metrics = {THROUGHPUT: _number(src, line, THROUGHPUT, row[THROUGHPUT])}
+        if metrics[THROUGHPUT] < 0:
+            raise InputError(src.path, line, THROUGHPUT, "must be >= 0")
+        for col in header:
+            if col not in KNOWN and row[col] != "":
+                metrics[col] = _number(src, line, col, row[col])
+        hashes.add(h)
+        points.append(
+            Point(
+                id=point_id(rid, len(points)),
+                run_id=rid,
+                campaign=campaign,
+                config=config,
+                workload=_name(src, line, "workload", row["workload"]),
+                concurrency=_int(src, line, "concurrency", row["concurrency"], 1),
+                metrics=metrics,
+                source=source,
+                source_file=src.path,
+                source_line=line,
+                note=row.get("note") or None,
+            )
+        )
+    if not points:
+        raise InputError(src.path, None, None, "every row was already ingested; nothing to add")
+    used = {p.config for p in points}
+    return Run(
+        schema_version=1,
+        run_id=rid,
+        source=source,
+        importer=NAME,
+        importer_version=VERSION,
+        tool_version=tool_version(),
+        created_at=now_utc(),
+        source_file=src.path,
+        source_sha256=src.sha256,
+        environment=dict(environment or {}),
+        campaigns=tuple(campaigns[n] for n in sorted(campaigns, key=lambda n: first_line[n])),
+        configs={k: v for k, v in configs.items() if k in used},
+        points=tuple(points),
+        line_hashes=frozenset(hashes),
+    )

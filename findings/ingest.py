@@ -1,0 +1,66 @@
+"""Ingest: read a file with an importer, then add it to the store atomically.
+
+All-or-nothing: the importer validates the whole file before anything is
+written, and the store write is a single atomic file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from findings import store
+from findings.errors import SettingsError
+from findings.importers import common, sglang_bench, table
+from findings.model import Run
+from findings.schema import valid_date, valid_name
+
+
+@dataclass(frozen=True)
+class Ingested:
+    run_id: str
+    path: Path
+    points: int
+    campaigns: tuple[str, ...]
+
+    def summary(self) -> str:
+        return (f"ingested {self.points} points into run {self.run_id} "
+                f"(campaigns: {', '.join(self.campaigns)}) -> {self.path}")
+
+
+def _store(run: Run, store_dir: Path) -> Ingested:
+    path = store.add_run(store_dir, run)
+    return Ingested(run.run_id, path, len(run.points), tuple(c.name for c in run.campaigns))
+
+
+def _skip(store_dir: Path, skip_existing: bool) -> frozenset[str]:
+    return store.known_line_hashes(store_dir) if skip_existing else frozenset()
+
+
+def ingest_table(store_dir: Path, file: str, configs: str | None = None,
+                 environment: str | None = None, skip_existing: bool = False) -> Ingested:
+    run = table.read(
+        common.read_source(file),
+        configs_src=common.read_source(configs) if configs else None,
+        environment=common.read_environment(environment),
+        skip_lines=_skip(store_dir, skip_existing),
+    )
+    return _store(run, store_dir)
+
+
+def ingest_sglang_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
+                        date: str, order: int | None = None, concurrency: int | None = None,
+                        environment: str | None = None, skip_existing: bool = False) -> Ingested:
+    for label, value in (("--config", config), ("--campaign", campaign), ("--workload", workload)):
+        if not valid_name(value):
+            raise SettingsError(f"{label}: invalid name {value!r}")
+    if not valid_date(date):
+        raise SettingsError(f"--date: expected YYYY-MM-DD, got {date!r}")
+    run = sglang_bench.read(
+        common.read_source(file),
+        config=config, campaign=campaign, workload=workload, date=date, order=order,
+        concurrency=concurrency,
+        environment=common.read_environment(environment),
+        skip_lines=_skip(store_dir, skip_existing),
+    )
+    return _store(run, store_dir)

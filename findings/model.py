@@ -1,0 +1,119 @@
+"""Frozen dataclasses that every layer shares. No I/O, no third-party imports.
+
+The words follow docs/architecture.md: a *point* is one measurement of
+(campaign, config, workload, concurrency, repeat); a *run* is one stored file
+(one ingest or one benchmark run), which may hold points of several
+campaigns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+#: Where a point came from. Simulated points are never pooled with real ones.
+SOURCES = ("import", "runner", "simulated")
+
+#: The metric every verdict is computed from: total output tokens/s.
+THROUGHPUT = "output_throughput_tok_s"
+
+Scalar = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """Measurements taken together. Ordered by date, then explicit order."""
+
+    name: str
+    date: str | None = None  # YYYY-MM-DD
+    order: int | None = None
+
+    @property
+    def sort_key(self) -> tuple[str, int, str]:
+        # Undated campaigns (hand-recorded history) come before dated ones.
+        return (self.date or "", self.order if self.order is not None else 0, self.name)
+
+    @property
+    def when(self) -> str:
+        if self.date:
+            return self.date
+        return f"order {self.order}" if self.order is not None else "undated"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One stored measurement. ``metrics`` always holds THROUGHPUT."""
+
+    id: str
+    run_id: str
+    campaign: str
+    config: str
+    workload: str
+    concurrency: int
+    metrics: Mapping[str, float]
+    source: str
+    source_file: str | None
+    source_line: int | None
+    note: str | None = None
+    workload_params: Mapping[str, Scalar] = field(default_factory=dict)
+    requests: Mapping[str, object] | None = None
+
+    @property
+    def throughput(self) -> float:
+        return self.metrics[THROUGHPUT]
+
+    @property
+    def simulated(self) -> bool:
+        return self.source == "simulated"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One file of the results store, as read and validated."""
+
+    schema_version: int
+    run_id: str
+    source: str
+    importer: str
+    importer_version: str
+    tool_version: str
+    created_at: str
+    source_file: str | None
+    source_sha256: str
+    environment: Mapping[str, Scalar]
+    campaigns: tuple[Campaign, ...]
+    configs: Mapping[str, Mapping[str, Scalar]]
+    points: tuple[Point, ...]
+    line_hashes: frozenset[str] = frozenset()
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Everything the analysis needs, merged from all runs of a store."""
+
+    campaigns: tuple[Campaign, ...]  # in replay order
+    points: tuple[Point, ...]
+    configs: Mapping[str, Mapping[str, Scalar]]
+    runs: tuple[Run, ...] = ()
+
+    def campaign(self, name: str) -> Campaign:
+        for c in self.campaigns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def upto(self, campaign_name: str) -> "Dataset":
+        """The data as it stood once ``campaign_name`` was measured."""
+        names: list[str] = []
+        for c in self.campaigns:
+            names.append(c.name)
+            if c.name == campaign_name:
+                break
+        keep = set(names)
+        return Dataset(
+            campaigns=tuple(c for c in self.campaigns if c.name in keep),
+            points=tuple(p for p in self.points if p.campaign in keep),
+            configs=self.configs,
+            runs=self.runs,
+        )

@@ -1,0 +1,122 @@
+"""Plain-language sentences from conclusions, with the numbers. Pure.
+
+Markdown is produced here only through fmt.code/fmt.text, so every data
+value is escaped.
+"""
+
+from __future__ import annotations
+
+from findings import fmt
+from findings.analysis import LOSS, TIE, WIN, Best, Candidate, Comparison, WorkloadConclusion
+from findings.fmt import code
+
+
+def _vs(comp: Comparison) -> str:
+    return f"{fmt.tput(comp.a.mean)} vs {fmt.tput(comp.b.mean)} tok/s"
+
+
+def _where(cell_campaign: str) -> str:
+    return f"campaign {code(cell_campaign)}"
+
+
+def latency(wc: WorkloadConclusion) -> str:
+    b = wc.latency
+    if b is None:
+        return "Nothing measured."
+    c = b.concurrency
+    if b.lead is None:
+        return (f"Only {code(b.config)} was measured at C={c} ({fmt.tput(b.cell.mean)} tok/s, "
+                f"{_where(b.cell.campaign)}); there is nothing to compare it with.")
+    lead = b.lead
+    unpaired = "" if lead.paired else " (measured in different campaigns, so the band is widened)"
+    if b.decisive:
+        return (f"{code(b.config)} is best at C={c}: {fmt.tput(lead.a.mean)} tok/s against "
+                f"{fmt.tput(lead.b.mean)} tok/s for the runner-up {code(lead.b.config)} "
+                f"({fmt.pct(lead.delta)}), beyond the {fmt.band(lead.band)} noise band{unpaired}.")
+    return (f"No config leads beyond noise at C={c}: {code(b.config)} measures "
+            f"{fmt.tput(lead.a.mean)} tok/s and {code(lead.b.config)} {fmt.tput(lead.b.mean)} tok/s "
+            f"({fmt.pct(lead.delta)}), inside the {fmt.band(lead.band)} noise band{unpaired}.")
+
+
+def throughput(wc: WorkloadConclusion) -> str:
+    b = wc.throughput
+    if b is None:
+        return "Nothing measured."
+    only_one_c = len(wc.concurrencies) == 1
+    caveat = (f" Only C={wc.concurrencies[0]} was measured, so this is not a saturation figure."
+              if only_one_c else "")
+    if b.lead is None:
+        return (f"Only {code(b.config)} was measured: it peaks at {fmt.tput(b.cell.mean)} tok/s "
+                f"(C={b.concurrency}).{caveat}")
+    lead = b.lead
+    peaks = (f"{code(b.config)} peaks at {fmt.tput(lead.a.mean)} tok/s (C={lead.a.concurrency}, "
+             f"{_where(lead.a.campaign)}) and the runner-up {code(lead.b.config)} at "
+             f"{fmt.tput(lead.b.mean)} tok/s (C={lead.b.concurrency}, {_where(lead.b.campaign)})")
+    unpaired = "" if lead.paired else "; the peaks come from different campaigns, so the band is widened"
+    if b.decisive:
+        return (f"{code(b.config)} is best: {peaks}, a lead of {fmt.pct(lead.delta)}, beyond the "
+                f"{fmt.band(lead.band)} noise band{unpaired}.{caveat}")
+    return (f"No config leads beyond noise: {peaks}, a difference of {fmt.pct(lead.delta)}, inside "
+            f"the {fmt.band(lead.band)} noise band{unpaired}.{caveat}")
+
+
+def _concs(cand: Candidate, verdict: str) -> list[Comparison]:
+    return [c for c in cand.comparisons if c.verdict == verdict]
+
+
+def _range(comps: list[Comparison]) -> str:
+    deltas = sorted((c.delta for c in comps), key=abs)
+    if len(deltas) == 1:
+        return fmt.pct(deltas[0])
+    return f"{fmt.pct(deltas[0])} to {fmt.pct(deltas[-1])}"
+
+
+def _detail(comps: list[Comparison], word: str) -> str:
+    if not comps:
+        return ""
+    return f"{word} at {fmt.conc_list([c.concurrency for c in comps])} ({_range(comps)})"
+
+
+def _gap(lo: int | None, hi: int | None) -> str:
+    """Where the crossover can lie, when the sweep skipped concurrencies."""
+    if lo is None or hi is None or hi - lo <= 1:
+        return ""
+    return f" (the crossover lies somewhere between C={lo} and C={hi}: nothing was measured in between)"
+
+
+def policy(cand: Candidate) -> str:
+    wins, losses, ties = _concs(cand, WIN), _concs(cand, LOSS), _concs(cand, TIE)
+    groups = sorted((g for g in (wins, losses, ties) if g), key=lambda g: g[0].concurrency)
+    words = {id(wins): "wins", id(losses): "loses", id(ties): "ties"}
+    evidence = "; ".join(_detail(g, words[id(g)]) for g in groups)
+    name = code(cand.config)
+    t = cand.threshold
+    if cand.policy == "always-on":
+        rule = "keep speculation on at every measured concurrency"
+    elif cand.policy == "off":
+        rule = "keep it off: it never wins"
+    elif cand.policy == "no-difference":
+        rule = "no measurable difference at any concurrency: enabling it neither gains nor costs"
+    elif cand.policy == "on-below":
+        nxt = min(c.concurrency for c in losses)
+        rule = f"keep speculation on while C ≤ {t} and disable it above" + _gap(t, nxt)
+    elif cand.policy == "on-above":
+        prev = max(c.concurrency for c in losses)
+        rule = f"disable speculation below C = {t} and enable it from C ≥ {t}" + _gap(prev, t)
+    elif not cand.comparisons:
+        rule = "never measured against the baseline at the same concurrency"
+    else:
+        rule = "wins and losses alternate across concurrency, so no single threshold is safe; measure more"
+    label = f"**{cand.policy}**" + (f", threshold C={t}" if t is not None else "")
+    return f"{name}: {label}: {rule}." + (f" Evidence: it {evidence}." if evidence else "")
+
+
+def verdict_cell(comp: Comparison) -> str:
+    mark = "" if comp.paired else ", unpaired"
+    return f"{fmt.pct(comp.delta)} {fmt.band(comp.band)} {comp.verdict}{mark}"
+
+
+def best_summary(b: Best | None) -> str:
+    if b is None:
+        return "none"
+    return b.config

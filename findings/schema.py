@@ -1,0 +1,237 @@
+"""The versioned on-disk schema of a run file, and its validation.
+
+This is the file boundary: everything read from the store is checked here and
+turned into frozen dataclasses; nothing unchecked goes further in. The format
+is documented in docs/store.md; change both together.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Mapping
+
+from findings.errors import StoreError
+from findings.model import SOURCES, THROUGHPUT, Campaign, Point, Run, Scalar
+
+#: The version this tool writes. Readers migrate older versions and refuse
+#: newer ones.
+SCHEMA_VERSION = 1
+KIND = "findings-run"
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
+
+#: Migrations from version N to N+1, applied in turn: {N: function}.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def valid_date(text: str) -> bool:
+    if not _DATE.match(text):
+        return False
+    y, m, d = (int(x) for x in text.split("-"))
+    return 1 <= m <= 12 and 1 <= d <= 31 and y >= 1970
+
+
+def valid_name(text: str) -> bool:
+    return bool(_NAME.match(text)) and text.strip() == text
+
+
+def point_id(run_id: str, index: int) -> str:
+    return f"{run_id}/{index}"
+
+
+def run_to_dict(run: Run) -> dict[str, Any]:
+    """The JSON-ready form of a run, keys in a fixed order."""
+    points = []
+    for p in run.points:
+        d: dict[str, Any] = {
+            "campaign": p.campaign,
+            "config": p.config,
+            "workload": p.workload,
+            "concurrency": p.concurrency,
+            "metrics": dict(sorted(p.metrics.items())),
+        }
+        if p.workload_params:
+            d["workload_params"] = dict(sorted(p.workload_params.items()))
+        if p.source_line is not None:
+            d["source_line"] = p.source_line
+        if p.note:
+            d["note"] = p.note
+        if p.requests is not None:
+            d["requests"] = p.requests
+        points.append(d)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "run_id": run.run_id,
+        "source": run.source,
+        "importer": {"name": run.importer, "version": run.importer_version},
+        "tool_version": run.tool_version,
+        "created_at": run.created_at,
+        "source_file": {"path": run.source_file, "sha256": run.source_sha256},
+        "line_hashes": sorted(run.line_hashes),
+        "environment": dict(sorted(run.environment.items())),
+        "campaigns": [
+            {"name": c.name, "date": c.date, "order": c.order} for c in run.campaigns
+        ],
+        "configs": {k: dict(sorted(v.items())) for k, v in sorted(run.configs.items())},
+        "points": points,
+    }
+
+
+class _Reader:
+    """Field checks that name the file and the JSON path of the fault."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, where: str, message: str) -> StoreError:
+        return StoreError(f"{self.path}: field '{where}': {message}")
+
+    def obj(self, v: Any, where: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(where, "expected an object")
+        return v
+
+    def list(self, v: Any, where: str) -> list[Any]:
+        if not isinstance(v, list):
+            raise self.fail(where, "expected a list")
+        return v
+
+    def str(self, v: Any, where: str, optional: bool = False) -> str | None:
+        if v is None and optional:
+            return None
+        if not isinstance(v, str):
+            raise self.fail(where, "expected a string")
+        return v
+
+    def name(self, v: Any, where: str) -> str:
+        s = self.str(v, where)
+        assert s is not None
+        if not valid_name(s):
+            raise self.fail(where, f"invalid name {s!r}")
+        return s
+
+    def int(self, v: Any, where: str, optional: bool = False, minimum: int | None = None) -> int | None:
+        if v is None and optional:
+            return None
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise self.fail(where, "expected an integer")
+        if minimum is not None and v < minimum:
+            raise self.fail(where, f"must be >= {minimum}")
+        return v
+
+    def number(self, v: Any, where: str) -> float:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise self.fail(where, "expected a finite number")
+        return float(v)
+
+    def scalars(self, v: Any, where: str) -> dict[str, Scalar]:
+        d = self.obj(v, where)
+        for k, x in d.items():
+            if not isinstance(x, (str, int, float, bool)) and x is not None:
+                raise self.fail(f"{where}.{k}", "expected a string, number, boolean or null")
+            if isinstance(x, float) and not math.isfinite(x):
+                raise self.fail(f"{where}.{k}", "expected a finite number")
+        return d
+
+
+def migrate(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    """Bring an older document up to SCHEMA_VERSION, or refuse it."""
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise StoreError(f"{path}: field 'schema_version': missing or not a positive integer")
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path}: schema_version {version} is newer than this findings "
+            f"(reads up to {SCHEMA_VERSION}); upgrade findings to read this store"
+        )
+    while version < SCHEMA_VERSION:
+        doc = MIGRATIONS[version](doc)
+        version = doc["schema_version"]
+    return doc
+
+
+def run_from_dict(doc: Any, path: str) -> Run:
+    """Validate one parsed run file and return it as a Run."""
+    r = _Reader(path)
+    doc = migrate(r.obj(doc, "<root>"), path)
+    if doc.get("kind") != KIND:
+        raise r.fail("kind", f"expected {KIND!r}")
+    run_id = r.name(doc.get("run_id"), "run_id")
+    source = r.str(doc.get("source"), "source")
+    if source not in SOURCES:
+        raise r.fail("source", f"must be one of {', '.join(SOURCES)}")
+    importer = r.obj(doc.get("importer"), "importer")
+    src = r.obj(doc.get("source_file"), "source_file")
+    campaigns = []
+    seen: set[str] = set()
+    for i, c in enumerate(r.list(doc.get("campaigns"), "campaigns")):
+        c = r.obj(c, f"campaigns[{i}]")
+        name = r.name(c.get("name"), f"campaigns[{i}].name")
+        date = r.str(c.get("date"), f"campaigns[{i}].date", optional=True)
+        if date is not None and not valid_date(date):
+            raise r.fail(f"campaigns[{i}].date", f"expected YYYY-MM-DD, got {date!r}")
+        order = r.int(c.get("order"), f"campaigns[{i}].order", optional=True)
+        if name in seen:
+            raise r.fail(f"campaigns[{i}].name", f"campaign {name!r} listed twice")
+        seen.add(name)
+        campaigns.append(Campaign(name=name, date=date, order=order))
+    configs: dict[str, Mapping[str, Scalar]] = {}
+    for k, v in r.obj(doc.get("configs"), "configs").items():
+        configs[r.name(k, "configs")] = r.scalars(v, f"configs.{k}")
+    points = []
+    for i, p in enumerate(r.list(doc.get("points"), "points")):
+        where = f"points[{i}]"
+        p = r.obj(p, where)
+        campaign = r.name(p.get("campaign"), f"{where}.campaign")
+        if campaign not in seen:
+            raise r.fail(f"{where}.campaign", f"campaign {campaign!r} is not in 'campaigns'")
+        metrics_raw = r.obj(p.get("metrics"), f"{where}.metrics")
+        metrics = {k: r.number(v, f"{where}.metrics.{k}") for k, v in metrics_raw.items()}
+        if THROUGHPUT not in metrics:
+            raise r.fail(f"{where}.metrics", f"missing {THROUGHPUT}")
+        if metrics[THROUGHPUT] < 0:
+            raise r.fail(f"{where}.metrics.{THROUGHPUT}", "must be >= 0")
+        requests = p.get("requests")
+        if requests is not None:
+            r.obj(requests, f"{where}.requests")
+        note = r.str(p.get("note"), f"{where}.note", optional=True)
+        points.append(
+            Point(
+                id=point_id(run_id, i),
+                run_id=run_id,
+                campaign=campaign,
+                config=r.name(p.get("config"), f"{where}.config"),
+                workload=r.name(p.get("workload"), f"{where}.workload"),
+                concurrency=r.int(p.get("concurrency"), f"{where}.concurrency", minimum=1) or 1,
+                metrics=metrics,
+                source=source,
+                source_file=r.str(src.get("path"), "source_file.path", optional=True),
+                source_line=r.int(p.get("source_line"), f"{where}.source_line", optional=True),
+                note=note,
+                workload_params=r.scalars(p.get("workload_params", {}), f"{where}.workload_params"),
+                requests=requests,
+            )
+        )
+    hashes = r.list(doc.get("line_hashes", []), "line_hashes")
+    for i, h in enumerate(hashes):
+        r.str(h, f"line_hashes[{i}]")
+    return Run(
+        schema_version=SCHEMA_VERSION,
+        run_id=run_id,
+        source=source,
+        importer=r.str(importer.get("name"), "importer.name") or "",
+        importer_version=r.str(importer.get("version"), "importer.version") or "",
+        tool_version=r.str(doc.get("tool_version"), "tool_version") or "",
+        created_at=r.str(doc.get("created_at"), "created_at") or "",
+        source_file=r.str(src.get("path"), "source_file.path", optional=True),
+        source_sha256=r.str(src.get("sha256"), "source_file.sha256") or "",
+        environment=r.scalars(doc.get("environment", {}), "environment"),
+        campaigns=tuple(campaigns),
+        configs=configs,
+        points=tuple(points),
+        line_hashes=frozenset(hashes),
+        path=path,
+    )

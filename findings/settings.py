@@ -1,0 +1,110 @@
+"""Settings: findings.toml, environment variables and command-line overrides.
+
+Precedence, highest first: command-line option, environment variable
+(``FINDINGS_STORE``), findings.toml, built-in default. Paths in findings.toml
+are relative to the folder that holds it (the project root).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from findings.analysis import Rules
+from findings.errors import SettingsError
+
+FILE = "findings.toml"
+DEFAULT_STORE = "benchmarks/results"
+DEFAULT_DOCUMENT = "eagle-fast-verify.md"
+DEFAULT_TEMPLATES = "templates"
+DEFAULT_TEMPLATE = "eagle-fast-verify.md.j2"
+#: Default noise floor; see docs/decisions.md for why 4%.
+DEFAULT_FLOOR = 0.04
+
+
+@dataclass(frozen=True)
+class Settings:
+    root: Path
+    store: Path
+    document: Path
+    templates: Path
+    template: str
+    title: str
+    rules: Rules
+
+    def with_overrides(self, *, store: str | None = None, baseline: str | None = None,
+                       noise_floor: float | None = None) -> "Settings":
+        s = self
+        if store is not None:
+            s = replace(s, store=Path(store))
+        if baseline is not None:
+            s = replace(s, rules=replace(s.rules, baseline=baseline))
+        if noise_floor is not None:
+            s = replace(s, rules=replace(s.rules, noise_floor=check_floor(noise_floor, "--noise-floor")))
+        return s
+
+
+def check_floor(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SettingsError(f"{where}: the noise floor must be a number")
+    if not 0 <= value < 1:
+        raise SettingsError(f"{where}: the noise floor is a fraction in [0, 1), e.g. 0.04 for 4%")
+    return float(value)
+
+
+def find_root(start: Path) -> Path:
+    """The nearest folder at or above ``start`` that holds findings.toml."""
+    for folder in (start, *start.parents):
+        if (folder / FILE).is_file():
+            return folder
+    return start
+
+
+def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
+    cwd = cwd or Path.cwd()
+    if settings_file is not None:
+        path = Path(settings_file)
+        if not path.is_file():
+            raise SettingsError(f"{settings_file}: no such settings file")
+        root = path.resolve().parent
+    else:
+        root = find_root(cwd.resolve())
+        path = root / FILE
+    doc: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
+    table = doc.get("findings", {})
+    if not isinstance(table, dict):
+        raise SettingsError(f"{path}: [findings] must be a table")
+    known = {"store", "document", "templates", "template", "title", "baseline", "noise_floor"}
+    for key in table:
+        if key not in known:
+            raise SettingsError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
+    for key in known - {"noise_floor"}:
+        if key in table and not isinstance(table[key], str):
+            raise SettingsError(f"{path}: setting {key!r} must be a string")
+
+    def rel(value: str) -> Path:
+        p = Path(value)
+        return p if p.is_absolute() else root / p
+
+    store = os.environ.get("FINDINGS_STORE") or None
+    return Settings(
+        root=root,
+        store=Path(store) if store else rel(table.get("store", DEFAULT_STORE)),
+        document=rel(table.get("document", DEFAULT_DOCUMENT)),
+        templates=rel(table.get("templates", DEFAULT_TEMPLATES)),
+        template=table.get("template", DEFAULT_TEMPLATE),
+        title=table.get("title", "Findings"),
+        rules=Rules(
+            baseline=table.get("baseline", "baseline"),
+            noise_floor=check_floor(table.get("noise_floor", DEFAULT_FLOOR), f"{path}: noise_floor"),
+        ),
+    )

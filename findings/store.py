@@ -1,0 +1,167 @@
+"""The results store: a folder of run files, append-only.
+
+Layout (docs/store.md)::
+
+    <store>/runs/<run_id>.json   one file per ingest or benchmark run
+
+A file is written once, atomically (temp file, fsync, hard link into place,
+which fails rather than overwrite), and never rewritten. Readers ignore
+temporary files. A write takes an exclusive lock on ``<store>/.lock`` so that
+the duplicate checks and the write are one step for concurrent writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from findings.errors import DuplicateError, StoreError
+from findings.model import Campaign, Dataset, Run, Scalar
+from findings.schema import run_from_dict, run_to_dict
+
+RUNS = "runs"
+
+
+def run_path(store: Path, run_id: str) -> Path:
+    return store / RUNS / f"{run_id}.json"
+
+
+def load_runs(store: Path) -> list[Run]:
+    """Every run in the store, validated, in file-name order."""
+    folder = store / RUNS
+    if not folder.is_dir():
+        if store.exists() and not store.is_dir():
+            raise StoreError(f"{store}: the store is not a directory")
+        return []
+    runs = []
+    for path in sorted(folder.glob("*.json")):
+        if path.name.startswith("."):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+            doc = json.loads(text, parse_constant=_refuse_constant)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StoreError(f"{path}: cannot read: {exc}") from exc
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise StoreError(f"{path}: not valid JSON: {exc}") from exc
+        run = run_from_dict(doc, str(path))
+        if path.stem != run.run_id:
+            raise StoreError(f"{path}: file name does not match run_id {run.run_id!r}")
+        runs.append(run)
+    return runs
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not allowed in the store")
+
+
+def merge(runs: list[Run]) -> Dataset:
+    """One Dataset from many runs; refuses campaigns that contradict each other."""
+    campaigns: dict[str, Campaign] = {}
+    origin: dict[str, str] = {}
+    for run in runs:
+        for c in run.campaigns:
+            old = campaigns.get(c.name)
+            if old is not None and old != c:
+                raise StoreError(
+                    f"{run.path}: campaign {c.name!r} has date/order {c.date}/{c.order} "
+                    f"but {origin[c.name]} says {old.date}/{old.order}"
+                )
+            campaigns[c.name] = c
+            origin.setdefault(c.name, str(run.path))
+    ordered = tuple(sorted(campaigns.values(), key=lambda c: c.sort_key))
+    rank = {c.name: i for i, c in enumerate(ordered)}
+
+    def latest(run: Run) -> int:
+        return max((rank[c.name] for c in run.campaigns), default=-1)
+
+    configs: dict[str, dict[str, Scalar]] = {}
+    for run in sorted(runs, key=lambda r: (latest(r), r.run_id)):
+        for name, facts in run.configs.items():
+            configs.setdefault(name, {}).update(facts)
+    points = tuple(p for run in runs for p in run.points)
+    return Dataset(campaigns=ordered, points=points, configs=configs, runs=tuple(runs))
+
+
+def load(store: Path) -> Dataset:
+    return merge(load_runs(store))
+
+
+@contextlib.contextmanager
+def _locked(store: Path) -> Iterator[None]:
+    (store / RUNS).mkdir(parents=True, exist_ok=True)
+    with open(store / ".lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def check_new_run(existing: list[Run], run: Run) -> None:
+    """Refuse content that is already stored, or that contradicts the store."""
+    for old in existing:
+        if old.source_sha256 == run.source_sha256:
+            raise DuplicateError(
+                f"{run.source_file}: this content was already ingested as run "
+                f"{old.run_id} (from {old.source_file}); nothing was written"
+            )
+        if old.run_id == run.run_id:
+            raise DuplicateError(f"run {run.run_id} already exists; nothing was written")
+        overlap = old.line_hashes & run.line_hashes
+        if overlap:
+            raise DuplicateError(
+                f"{run.source_file}: {len(overlap)} of its records were already ingested "
+                f"as run {old.run_id} (from {old.source_file}); nothing was written "
+                f"(use --skip-existing to ingest only the new records)"
+            )
+    merged = merge(existing + [run])  # raises on contradicting campaigns
+    sources: dict[str, set[bool]] = {}
+    for p in merged.points:
+        sources.setdefault(p.campaign, set()).add(p.simulated)
+    for name, kinds in sorted(sources.items()):
+        if len(kinds) > 1:
+            raise StoreError(
+                f"campaign {name!r} would mix simulated and real measurements; "
+                f"use another campaign name; nothing was written"
+            )
+
+
+def known_line_hashes(store: Path) -> frozenset[str]:
+    return frozenset(h for run in load_runs(store) for h in run.line_hashes)
+
+
+def add_run(store: Path, run: Run) -> Path:
+    """Check and write one run, atomically. Returns the new file's path."""
+    with _locked(store):
+        existing = load_runs(store)
+        check_new_run(existing, run)
+        return _write_new(run_path(store, run.run_id), run_to_dict(run))
+
+
+def _write_new(path: Path, doc: Mapping[str, object]) -> Path:
+    data = (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)  # atomic, and never replaces an existing file
+        except FileExistsError as exc:
+            raise DuplicateError(f"{path} already exists; nothing was written") from exc
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    dirfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+    return path

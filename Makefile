@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+	$(BIN)/mypy
 	$(BIN)/findings render --check
 
 render: $(STAMP)

@@ -182,14 +182,14 @@ def cells(data: Dataset) -> list[Cell]:
         point_ids=("point_id", tuple),
     )
     out = []
-    for (workload, campaign, rank, config, conc), row in grouped.iterrows():
+    for row in grouped.reset_index().to_dict("records"):
         out.append(
             Cell(
-                workload=str(workload),
-                campaign=str(campaign),
-                rank=int(rank),
-                config=str(config),
-                concurrency=int(conc),
+                workload=str(row["workload"]),
+                campaign=str(row["campaign"]),
+                rank=int(row["rank"]),
+                config=str(row["config"]),
+                concurrency=int(row["concurrency"]),
                 mean=float(row["mean"]),
                 lo=float(row["lo"]),
                 hi=float(row["hi"]),

@@ -53,12 +53,12 @@ def text(value: object) -> str:
     return _EDGE_UNDERSCORE.sub(r"\\_", str(value).translate(_MD_SPECIAL))
 
 
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9 ._:/+=,@%~()-]+$")
+
+
 def code(value: object) -> str:
-    """A name as an inline code span, safe for any content and inside tables."""
+    """A name as an inline code span; names with markup characters become escaped text."""
     s = " ".join(str(value).split())
-    s = s.replace("|", "\\|")
-    fence = "`"
-    while fence in s:
-        fence += "`"
-    pad = " " if s.startswith("`") or s.endswith("`") else ""
-    return f"{fence}{pad}{s}{pad}{fence}"
+    if not _PLAIN_NAME.match(s):
+        return text(s)
+    return f"`{s}`"

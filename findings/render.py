@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import jinja2
 import jinja2.sandbox
+from jinja2.exceptions import SecurityError
 from tabulate import tabulate
 
 from findings import fmt
@@ -70,7 +71,7 @@ def render(templates: Path, template: str, doc: dict[str, Any]) -> str:
         raise FindingsError(f"{exc.filename or template}:{exc.lineno}: template syntax error: {exc.message}") from exc
     except jinja2.UndefinedError as exc:
         raise FindingsError(f"{templates}/{template}: undefined value in template: {exc.message}") from exc
-    except jinja2.sandbox.SecurityError as exc:
+    except SecurityError as exc:
         raise FindingsError(f"{templates}/{template}: refused by the template sandbox: {exc}") from exc
     # One trailing newline, no trailing spaces: stable bytes for --check.
     # and at most one blank line in a row outside fenced code.

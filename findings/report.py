@@ -23,17 +23,14 @@ class Table:
 
 
 def _ranges(lines: list[int]) -> str:
-    lines = sorted(set(lines))
-    out: list[str] = []
-    start = prev = lines[0]
-    for n in lines[1:] + [None]:  # type: ignore[list-item]
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        out.append(str(start) if start == prev else f"{start}–{prev}")
-        if n is not None:
-            start = prev = n
-    return ", ".join(out)
+    """[2, 3, 4, 7] -> "2–4, 7"."""
+    spans: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
 
 
 def _scalar(v: Scalar) -> str:

@@ -94,12 +94,12 @@ class _Reader:
             raise self.fail(where, "expected an object")
         return v
 
-    def list(self, v: Any, where: str) -> list[Any]:
+    def array(self, v: Any, where: str) -> list[Any]:
         if not isinstance(v, list):
             raise self.fail(where, "expected a list")
         return v
 
-    def str(self, v: Any, where: str, optional: bool = False) -> str | None:
+    def string(self, v: Any, where: str, optional: bool = False) -> str | None:
         if v is None and optional:
             return None
         if not isinstance(v, str):
@@ -107,13 +107,13 @@ class _Reader:
         return v
 
     def name(self, v: Any, where: str) -> str:
-        s = self.str(v, where)
+        s = self.string(v, where)
         assert s is not None
         if not valid_name(s):
             raise self.fail(where, f"invalid name {s!r}")
         return s
 
-    def int(self, v: Any, where: str, optional: bool = False, minimum: int | None = None) -> int | None:
+    def integer(self, v: Any, where: str, optional: bool = False, minimum: int | None = None) -> int | None:
         if v is None and optional:
             return None
         if not isinstance(v, int) or isinstance(v, bool):
@@ -160,20 +160,20 @@ def run_from_dict(doc: Any, path: str) -> Run:
     if doc.get("kind") != KIND:
         raise r.fail("kind", f"expected {KIND!r}")
     run_id = r.name(doc.get("run_id"), "run_id")
-    source = r.str(doc.get("source"), "source")
+    source = r.string(doc.get("source"), "source")
     if source not in SOURCES:
         raise r.fail("source", f"must be one of {', '.join(SOURCES)}")
     importer = r.obj(doc.get("importer"), "importer")
     src = r.obj(doc.get("source_file"), "source_file")
     campaigns = []
     seen: set[str] = set()
-    for i, c in enumerate(r.list(doc.get("campaigns"), "campaigns")):
+    for i, c in enumerate(r.array(doc.get("campaigns"), "campaigns")):
         c = r.obj(c, f"campaigns[{i}]")
         name = r.name(c.get("name"), f"campaigns[{i}].name")
-        date = r.str(c.get("date"), f"campaigns[{i}].date", optional=True)
+        date = r.string(c.get("date"), f"campaigns[{i}].date", optional=True)
         if date is not None and not valid_date(date):
             raise r.fail(f"campaigns[{i}].date", f"expected YYYY-MM-DD, got {date!r}")
-        order = r.int(c.get("order"), f"campaigns[{i}].order", optional=True)
+        order = r.integer(c.get("order"), f"campaigns[{i}].order", optional=True)
         if name in seen:
             raise r.fail(f"campaigns[{i}].name", f"campaign {name!r} listed twice")
         seen.add(name)
@@ -182,7 +182,7 @@ def run_from_dict(doc: Any, path: str) -> Run:
     for k, v in r.obj(doc.get("configs"), "configs").items():
         configs[r.name(k, "configs")] = r.scalars(v, f"configs.{k}")
     points = []
-    for i, p in enumerate(r.list(doc.get("points"), "points")):
+    for i, p in enumerate(r.array(doc.get("points"), "points")):
         where = f"points[{i}]"
         p = r.obj(p, where)
         campaign = r.name(p.get("campaign"), f"{where}.campaign")
@@ -197,7 +197,7 @@ def run_from_dict(doc: Any, path: str) -> Run:
         requests = p.get("requests")
         if requests is not None:
             r.obj(requests, f"{where}.requests")
-        note = r.str(p.get("note"), f"{where}.note", optional=True)
+        note = r.string(p.get("note"), f"{where}.note", optional=True)
         points.append(
             Point(
                 id=point_id(run_id, i),
@@ -205,29 +205,29 @@ def run_from_dict(doc: Any, path: str) -> Run:
                 campaign=campaign,
                 config=r.name(p.get("config"), f"{where}.config"),
                 workload=r.name(p.get("workload"), f"{where}.workload"),
-                concurrency=r.int(p.get("concurrency"), f"{where}.concurrency", minimum=1) or 1,
+                concurrency=r.integer(p.get("concurrency"), f"{where}.concurrency", minimum=1) or 1,
                 metrics=metrics,
                 source=source,
-                source_file=r.str(src.get("path"), "source_file.path", optional=True),
-                source_line=r.int(p.get("source_line"), f"{where}.source_line", optional=True),
+                source_file=r.string(src.get("path"), "source_file.path", optional=True),
+                source_line=r.integer(p.get("source_line"), f"{where}.source_line", optional=True),
                 note=note,
                 workload_params=r.scalars(p.get("workload_params", {}), f"{where}.workload_params"),
                 requests=requests,
             )
         )
-    hashes = r.list(doc.get("line_hashes", []), "line_hashes")
+    hashes = r.array(doc.get("line_hashes", []), "line_hashes")
     for i, h in enumerate(hashes):
-        r.str(h, f"line_hashes[{i}]")
+        r.string(h, f"line_hashes[{i}]")
     return Run(
         schema_version=SCHEMA_VERSION,
         run_id=run_id,
         source=source,
-        importer=r.str(importer.get("name"), "importer.name") or "",
-        importer_version=r.str(importer.get("version"), "importer.version") or "",
-        tool_version=r.str(doc.get("tool_version"), "tool_version") or "",
-        created_at=r.str(doc.get("created_at"), "created_at") or "",
-        source_file=r.str(src.get("path"), "source_file.path", optional=True),
-        source_sha256=r.str(src.get("sha256"), "source_file.sha256") or "",
+        importer=r.string(importer.get("name"), "importer.name") or "",
+        importer_version=r.string(importer.get("version"), "importer.version") or "",
+        tool_version=r.string(doc.get("tool_version"), "tool_version") or "",
+        created_at=r.string(doc.get("created_at"), "created_at") or "",
+        source_file=r.string(src.get("path"), "source_file.path", optional=True),
+        source_sha256=r.string(src.get("sha256"), "source_file.sha256") or "",
         environment=r.scalars(doc.get("environment", {}), "environment"),
         campaigns=tuple(campaigns),
         configs=configs,

@@ -65,15 +65,16 @@ def merge(runs: list[Run]) -> Dataset:
     campaigns: dict[str, Campaign] = {}
     origin: dict[str, str] = {}
     for run in runs:
+        label = str(run.path or run.source_file)
         for c in run.campaigns:
             old = campaigns.get(c.name)
             if old is not None and old != c:
                 raise StoreError(
-                    f"{run.path}: campaign {c.name!r} has date/order {c.date}/{c.order} "
+                    f"{label}: campaign {c.name!r} has date/order {c.date}/{c.order} "
                     f"but {origin[c.name]} says {old.date}/{old.order}"
                 )
             campaigns[c.name] = c
-            origin.setdefault(c.name, str(run.path))
+            origin.setdefault(c.name, label)
     ordered = tuple(sorted(campaigns.values(), key=lambda c: c.sort_key))
     rank = {c.name: i for i, c in enumerate(ordered)}
 
@@ -149,6 +150,7 @@ def _write_new(path: Path, doc: Mapping[str, object]) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0600; store files are shared
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

@@ -36,7 +36,7 @@ def _rows(src: Source, required: tuple[str, ...]) -> tuple[list[str], list[tuple
     text = src.text()
     if not text.strip():
         raise InputError(src.path, None, None, "the file is empty")
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
         header = [h.strip() for h in next(reader)]
     except csv.Error as exc:

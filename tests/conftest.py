@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from findings.analysis import Rules
+from findings.cli import main
+from findings.model import THROUGHPUT, Campaign, Dataset, Point
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+SGL = FIXTURES / "sglang_bench"
+HISTORY = ROOT / "benchmarks" / "history"
+
+
+def cli(*args: str, store: Path | None = None, cwd: Path | None = None) -> Result:
+    """Run the CLI in-process; ``--store`` first when given."""
+    argv = (["--store", str(store)] if store is not None else []) + list(args)
+    return CliRunner().invoke(main, argv, catch_exceptions=False)
+
+
+def dataset(rows: list[tuple[Any, ...]], campaigns: list[str] | None = None, source: str = "import") -> Dataset:
+    """Rows of (campaign, config, workload, C, throughput); campaigns in order."""
+    names = campaigns or list(dict.fromkeys(r[0] for r in rows))
+    points = tuple(
+        Point(
+            id=f"t/{i}", run_id="t", campaign=r[0], config=r[1], workload=r[2], concurrency=r[3],
+            metrics={THROUGHPUT: float(r[4])}, source=source, source_file=None, source_line=i,
+        )
+        for i, r in enumerate(rows)
+    )
+    return Dataset(
+        campaigns=tuple(Campaign(n, order=i + 1) for i, n in enumerate(names)),
+        points=points,
+        configs={},
+    )
+
+
+@pytest.fixture
+def rules() -> Rules:
+    return Rules(baseline="baseline", noise_floor=0.04)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def seed_store(store: Path) -> Path:
+    r = cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"),
+            "--environment", str(HISTORY / "environment.toml"), store=store)
+    assert r.exit_code == 0, r.output
+    return store
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A copy of this project's settings and templates in a temporary folder."""
+    dest = tmp_path / "project"
+    dest.mkdir()
+    shutil.copy(ROOT / "findings.toml", dest / "findings.toml")
+    shutil.copytree(ROOT / "templates", dest / "templates")
+    return dest

@@ -1,0 +1,133 @@
+"""Verdicts, the noise band and the regimes, on small hand-made datasets."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import dataset
+
+from findings.analysis import Rules, conclude
+from findings.model import Dataset
+
+
+def cand(data, rules, workload="w", config="spec"):
+    wc = conclude(data, rules).workload(workload)
+    assert wc is not None
+    c = wc.candidate(config)
+    assert c is not None
+    return c
+
+
+def test_floor_decides_when_no_other_noise(rules):
+    data = dataset([("a", "baseline", "w", 1, 100.0), ("a", "spec", "w", 1, 105.0),
+                    ("a", "baseline", "w", 10, 100.0), ("a", "spec", "w", 10, 103.0)])
+    c = cand(data, rules)
+    assert c.verdicts == {1: "win", 10: "tie"}
+    assert c.comparisons[0].band == pytest.approx(0.04)
+    assert c.policy == "always-on"
+
+
+def test_repeats_widen_the_band(rules):
+    # spec's repeats at C=1 spread 90..110 (20% of mean 100): a +6% mean is a tie.
+    rows = [("a", "baseline", "w", 1, 100.0), ("a", "spec", "w", 1, 96.0), ("a", "spec", "w", 1, 116.0),
+            ("a", "spec", "w", 1, 106.0)]
+    c = cand(dataset(rows), rules)
+    comp = c.comparisons[0]
+    assert comp.a.n == 3
+    assert comp.band == pytest.approx(20.0 / 106.0)
+    assert comp.verdict == "tie"
+    # The same mean without the spread is a win.
+    c2 = cand(dataset([("a", "baseline", "w", 1, 100.0), ("a", "spec", "w", 1, 106.0)]), rules)
+    assert c2.comparisons[0].verdict == "win"
+
+
+def test_baseline_repeats_widen_the_band_too(rules):
+    rows = [("a", "baseline", "w", 1, 90.0), ("a", "baseline", "w", 1, 110.0), ("a", "spec", "w", 1, 108.0)]
+    comp = cand(dataset(rows), rules).comparisons[0]
+    assert comp.band == pytest.approx(0.2)
+    assert comp.verdict == "tie"
+
+
+def test_baseline_drift_across_campaigns_widens_the_band(rules):
+    rows = [("old", "baseline", "w", 250, 772.1), ("new", "baseline", "w", 250, 718.1),
+            ("new", "spec", "w", 250, 754.4)]
+    comp = cand(dataset(rows), rules).comparisons[0]
+    assert comp.paired
+    assert comp.drift == pytest.approx((772.1 - 718.1) / ((772.1 + 718.1) / 2))
+    assert comp.band == pytest.approx(comp.drift)
+    assert comp.delta == pytest.approx(754.4 / 718.1 - 1)
+    assert comp.verdict == "tie"  # +5.1% is inside the 7.2% drift
+
+
+def test_candidate_change_between_campaigns_is_signal_not_noise(rules):
+    # The candidate moved a lot between campaigns; the baseline did not. Its new
+    # value is compared with the floor only.
+    rows = [("old", "baseline", "w", 1, 100.0), ("old", "spec", "w", 1, 70.0),
+            ("new", "baseline", "w", 1, 100.0), ("new", "spec", "w", 1, 106.0)]
+    comp = cand(dataset(rows), rules).comparisons[0]
+    assert comp.a.campaign == "new"
+    assert comp.band == pytest.approx(0.04)
+    assert comp.verdict == "win"
+
+
+def test_latest_paired_campaign_is_used(rules):
+    rows = [("old", "baseline", "w", 1, 100.0), ("old", "spec", "w", 1, 80.0),
+            ("new", "baseline", "w", 1, 100.0), ("new", "spec", "w", 1, 120.0)]
+    assert cand(dataset(rows), rules).verdicts == {1: "win"}
+    # Replay order, not row order, decides which is latest.
+    assert cand(dataset(rows, campaigns=["new", "old"]), rules).verdicts == {1: "loss"}
+
+
+def test_unpaired_comparison_is_marked_and_widened(rules):
+    rows = [("a", "baseline", "w", 1, 100.0), ("b", "spec", "w", 1, 107.0)]
+    comp = cand(dataset(rows), rules).comparisons[0]
+    assert not comp.paired
+    assert comp.band == pytest.approx(0.08)
+    assert comp.verdict == "tie"
+
+
+def test_no_comparison_where_baseline_missing(rules):
+    rows = [("a", "baseline", "w", 1, 100.0), ("a", "spec", "w", 1, 80.0), ("a", "spec", "w", 10, 500.0)]
+    assert cand(dataset(rows), rules).verdicts == {1: "loss"}
+
+
+def test_workloads_are_never_pooled(rules):
+    rows = [("a", "baseline", "w1", 1, 100.0), ("a", "spec", "w1", 1, 120.0),
+            ("a", "baseline", "w2", 1, 100.0), ("a", "spec", "w2", 1, 80.0)]
+    data = dataset(rows)
+    assert cand(data, rules, "w1").verdicts == {1: "win"}
+    assert cand(data, rules, "w2").verdicts == {1: "loss"}
+
+
+def test_simulated_points_form_their_own_workload(rules):
+    real = dataset([("a", "baseline", "w", 1, 100.0), ("a", "spec", "w", 1, 80.0)])
+    sim = dataset([("s", "baseline", "w", 1, 100.0), ("s", "spec", "w", 1, 150.0)], source="simulated")
+    both = Dataset(campaigns=real.campaigns + sim.campaigns, points=real.points + sim.points, configs={})
+    result = conclude(both, rules)
+    assert [w.workload for w in result.workloads] == ["w", "w (simulated)"]
+    assert result.workload("w").candidate("spec").verdicts == {1: "loss"}
+    assert result.workload("w (simulated)").simulated
+
+
+def test_regime_bests_and_decisiveness(rules):
+    rows = [("a", "baseline", "w", 1, 100.0), ("a", "spec", "w", 1, 102.0),
+            ("a", "baseline", "w", 100, 700.0), ("a", "spec", "w", 100, 400.0),
+            ("a", "baseline", "w", 250, 650.0), ("a", "spec", "w", 250, 420.0)]
+    wc = conclude(dataset(rows), rules).workload("w")
+    assert wc.latency.config == "spec" and not wc.latency.decisive
+    assert wc.latency.concurrency == 1
+    assert wc.throughput.config == "baseline" and wc.throughput.decisive
+    assert wc.throughput.concurrency == 100  # the peak, not the highest C
+
+
+def test_other_baseline_name(rules):
+    rows = [("a", "ref", "w", 1, 100.0), ("a", "spec", "w", 1, 120.0)]
+    wc = conclude(dataset(rows), Rules(baseline="ref", noise_floor=0.04)).workload("w")
+    assert wc.baseline_measured
+    assert wc.candidate("spec").verdicts == {1: "win"}
+
+
+def test_floor_is_configurable(rules):
+    rows = [("a", "baseline", "w", 1, 100.0), ("a", "spec", "w", 1, 103.0)]
+    assert cand(dataset(rows), Rules(noise_floor=0.02)).verdicts == {1: "win"}
+    assert cand(dataset(rows), Rules(noise_floor=0.05)).verdicts == {1: "tie"}

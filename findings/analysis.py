@@ -89,6 +89,9 @@ class Candidate:
     policy: str
     threshold: int | None
     comparisons: tuple[Comparison, ...]  # sorted by C
+    #: The same candidate cells against the baseline of *other* campaigns at
+    #: that C (unpaired): how much of a verdict depends on which baseline run.
+    cross: tuple[Comparison, ...] = ()
 
     @property
     def verdicts(self) -> dict[int, str]:
@@ -312,7 +315,13 @@ def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> Worklo
         comps = [table.compare(config, base, c) for c in table.concurrencies]
         found = tuple(c for c in comps if c is not None)
         pol, threshold = policy([(c.concurrency, c.verdict) for c in found])
-        candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found))
+        cross = tuple(
+            x
+            for comp in found
+            for other in sorted(table.cells_of(base, comp.concurrency).values(), key=lambda c: c.rank)
+            if other.campaign != comp.b.campaign and (x := table.compare_cells(comp.a, other)) is not None
+        )
+        candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found, cross=cross))
 
     latency = None
     if table.concurrencies:

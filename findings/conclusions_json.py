@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from findings.analysis import Best, Conclusions
+from findings.analysis import Best, Comparison, Conclusions
 from findings.history import Entry
 
 SHAPE_VERSION = 1
@@ -35,6 +35,13 @@ def _best(b: Best | None, with_c: bool) -> dict[str, Any] | None:
     return d
 
 
+def _cross(cross: tuple[Comparison, ...]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for x in cross:
+        out.setdefault(str(x.concurrency), {})[x.b.campaign] = _r(x.ratio)
+    return out
+
+
 def to_json(conclusions: Conclusions, history: list[Entry]) -> dict[str, Any]:
     workloads: dict[str, Any] = {}
     for wc in conclusions.workloads:
@@ -49,6 +56,7 @@ def to_json(conclusions: Conclusions, history: list[Entry]) -> dict[str, Any]:
                     "ratios": {str(x.concurrency): _r(x.ratio) for x in c.comparisons},
                     "bands": {str(x.concurrency): _r(x.band) for x in c.comparisons},
                     "campaigns": {str(x.concurrency): x.a.campaign for x in c.comparisons},
+                    "cross_ratios": _cross(c.cross),
                 }
                 for c in wc.candidates
             },

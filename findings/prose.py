@@ -120,3 +120,23 @@ def best_summary(b: Best | None) -> str:
     if b is None:
         return "none"
     return b.config
+
+
+def cross_check(cand: Candidate) -> str | None:
+    """Which verdicts survive being set against the baseline of other campaigns."""
+    if not cand.cross:
+        return None
+    paired = cand.verdicts
+    flipped = [x for x in cand.cross if x.verdict != paired.get(x.concurrency)]
+    name = code(cand.config)
+    if not flipped:
+        concs = sorted({x.concurrency for x in cand.cross})
+        return (f"{name}: every verdict at {fmt.conc_list(concs)} holds against the baseline "
+                f"measured in other campaigns.")
+    items = [
+        f"at C={x.concurrency} its {paired[x.concurrency]} becomes a {x.verdict}: "
+        f"{fmt.tput(x.a.mean)} vs {fmt.tput(x.b.mean)} tok/s from {code(x.b.campaign)}, "
+        f"{fmt.pct(x.delta)} against an unpaired band of {fmt.band(x.band)}"
+        for x in flipped
+    ]
+    return f"{name}: " + "; ".join(items) + "."

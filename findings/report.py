@@ -147,6 +147,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str) -> dict[str
             "latency": prose.latency(wc),
             "throughput": prose.throughput(wc),
             "policies": [prose.policy(c) for c in wc.candidates],
+            "cross_checks": [x for c in wc.candidates if (x := prose.cross_check(c))],
             "verdicts": _verdict_table(conclusions, wc.workload),
         })
     campaigns = []

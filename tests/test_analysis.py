@@ -131,3 +131,11 @@ def test_floor_is_configurable(rules):
     rows = [("a", "baseline", "w", 1, 100.0), ("a", "spec", "w", 1, 103.0)]
     assert cand(dataset(rows), Rules(noise_floor=0.02)).verdicts == {1: "win"}
     assert cand(dataset(rows), Rules(noise_floor=0.05)).verdicts == {1: "tie"}
+
+
+def test_workload_without_baseline_is_inconclusive(rules):
+    rows = [("a", "spec", "w", 1, 100.0), ("a", "other", "w", 1, 90.0)]
+    wc = conclude(dataset(rows), rules).workload("w")
+    assert not wc.baseline_measured
+    assert {c.config: c.policy for c in wc.candidates} == {"other": "inconclusive", "spec": "inconclusive"}
+    assert wc.latency.config == "spec"  # ranked by raw throughput when no baseline exists

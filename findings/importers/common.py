@@ -12,7 +12,8 @@ from typing import Mapping
 
 from findings import __version__
 from findings.errors import InputError
-from findings.model import Scalar
+from findings.model import Campaign, Point, Run, Scalar
+from findings.schema import SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,26 @@ def read_environment(path: str | None) -> Mapping[str, Scalar]:
             raise InputError(path, None, k, "expected a string, number or boolean")
         out[k] = v
     return out
+
+
+def make_run(src: Source, importer: str, version: str, source: str, *,
+             environment: Mapping[str, Scalar], campaigns: tuple[Campaign, ...],
+             configs: Mapping[str, Mapping[str, Scalar]], points: list[Point],
+             hashes: set[str]) -> Run:
+    """The Run an importer returns: provenance filled in the same way for all."""
+    return Run(
+        schema_version=SCHEMA_VERSION,
+        run_id=run_id(importer, src.sha256),
+        source=source,
+        importer=importer,
+        importer_version=version,
+        tool_version=tool_version(),
+        created_at=now_utc(),
+        source_file=src.path,
+        source_sha256=src.sha256,
+        environment=dict(environment),
+        campaigns=campaigns,
+        configs=configs,
+        points=tuple(points),
+        line_hashes=frozenset(hashes),
+    )

@@ -22,7 +22,7 @@ import re
 from typing import Any, Mapping
 
 from findings.errors import InputError
-from findings.importers.common import Source, line_hash, now_utc, run_id, tool_version
+from findings.importers.common import Source, line_hash, make_run, run_id
 from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.schema import point_id
 
@@ -226,19 +226,8 @@ def read(
         raise InputError(src.path, None, None, "every line was already ingested; nothing to add")
     if "sglang_version" in facts:
         env.setdefault("sglang_version", facts["sglang_version"])
-    return Run(
-        schema_version=1,
-        run_id=rid,
-        source=source,
-        importer=NAME,
-        importer_version=VERSION,
-        tool_version=tool_version(),
-        created_at=now_utc(),
-        source_file=src.path,
-        source_sha256=src.sha256,
-        environment=env,
+    return make_run(
+        src, NAME, VERSION, source, environment=env,
         campaigns=(Campaign(name=campaign, date=date, order=order),),
-        configs={config: facts},
-        points=tuple(points),
-        line_hashes=frozenset(hashes),
+        configs={config: facts}, points=points, hashes=hashes,
     )

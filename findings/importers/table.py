@@ -22,7 +22,7 @@ import math
 from typing import Mapping
 
 from findings.errors import InputError
-from findings.importers.common import Source, line_hash, now_utc, run_id, tool_version
+from findings.importers.common import Source, line_hash, make_run, run_id
 from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.schema import point_id, valid_date, valid_name
 
@@ -179,19 +179,8 @@ def read(
     if not points:
         raise InputError(src.path, None, None, "every row was already ingested; nothing to add")
     used = {p.config for p in points}
-    return Run(
-        schema_version=1,
-        run_id=rid,
-        source=source,
-        importer=NAME,
-        importer_version=VERSION,
-        tool_version=tool_version(),
-        created_at=now_utc(),
-        source_file=src.path,
-        source_sha256=src.sha256,
-        environment=dict(environment or {}),
+    return make_run(
+        src, NAME, VERSION, source, environment=environment or {},
         campaigns=tuple(campaigns[n] for n in sorted(campaigns, key=lambda n: first_line[n])),
-        configs={k: v for k, v in configs.items() if k in used},
-        points=tuple(points),
-        line_hashes=frozenset(hashes),
+        configs={k: v for k, v in configs.items() if k in used}, points=points, hashes=hashes,
     )

@@ -86,6 +86,9 @@ class Run:
     points: tuple[Point, ...]
     line_hashes: frozenset[str] = frozenset()
     path: str | None = None
+    #: How the run was taken: URL, launch command (redacted), log path,
+    #: start/end time, git commit, ... (flat scalars; optional).
+    provenance: Mapping[str, Scalar] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

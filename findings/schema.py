@@ -71,6 +71,7 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         "created_at": run.created_at,
         "source_file": {"path": run.source_file, "sha256": run.source_sha256},
         "line_hashes": sorted(run.line_hashes),
+        "provenance": dict(sorted(run.provenance.items())),
         "environment": dict(sorted(run.environment.items())),
         "campaigns": [
             {"name": c.name, "date": c.date, "order": c.order} for c in run.campaigns
@@ -234,4 +235,5 @@ def run_from_dict(doc: Any, path: str) -> Run:
         points=tuple(points),
         line_hashes=frozenset(hashes),
         path=path,
+        provenance=r.scalars(doc.get("provenance", {}), "provenance"),
     )

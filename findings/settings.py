@@ -35,6 +35,9 @@ class Settings:
     template: str
     title: str
     rules: Rules
+    #: The store findings.toml names (or the default), before $FINDINGS_STORE
+    #: and --store: the project's real store, where simulated data never goes.
+    home_store: Path
 
     def with_overrides(self, *, store: str | None = None, baseline: str | None = None,
                        noise_floor: float | None = None) -> "Settings":
@@ -96,9 +99,11 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         return p if p.is_absolute() else root / p
 
     store = os.environ.get("FINDINGS_STORE") or None
+    home = rel(table.get("store", DEFAULT_STORE))
     return Settings(
+        home_store=home,
         root=root,
-        store=Path(store) if store else rel(table.get("store", DEFAULT_STORE)),
+        store=Path(store) if store else home,
         document=rel(table.get("document", DEFAULT_DOCUMENT)),
         templates=rel(table.get("templates", DEFAULT_TEMPLATES)),
         template=table.get("template", DEFAULT_TEMPLATE),

@@ -97,6 +97,7 @@ def test_launch_command_secrets_are_redacted():
     facts = run.configs["eagle3-topk1-v2"]
     assert "sk-secret-123" not in str(facts)
     assert "--api-key <redacted>" in str(facts["launch_command"])
+    assert "--port 30000" in str(facts["launch_command"])
 
 
 @pytest.mark.parametrize(

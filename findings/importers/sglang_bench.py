@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any, Mapping
 
+from findings import serverinfo
 from findings.errors import InputError
 from findings.importers.common import Source, line_hash, make_run, run_id
 from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
@@ -36,23 +36,6 @@ WORKLOAD_KEYS = (
 )
 #: Per-request lists written by ``--output-details`` (ttfts/itls in seconds).
 DETAIL_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "errors")
-#: Resolved server arguments kept as config facts (the rest of the ~550 are noise).
-SERVER_FACTS = (
-    "version", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "ep_size",
-    "dtype", "kv_cache_dtype", "quantization", "load_format", "attention_backend",
-    "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs", "mem_fraction_static",
-    "disable_overlap_schedule", "speculative_algorithm", "speculative_draft_model_path",
-    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-    "speculative_adaptive", "enable_metrics", "launch_command",
-)
-_SECRET = re.compile(r"(--(?:api-key|admin-api-key|hf-token|token)[= ])(\S+)", re.IGNORECASE)
-
-
-def redact(text: str) -> str:
-    """Launch commands may carry keys: never store them."""
-    return _SECRET.sub(r"\1<redacted>", text)
-
-
 def _number(path: str, line: int, key: str, value: Any) -> float | None:
     """A metric value: a finite number, or None for null/NaN/absent."""
     if value is None:
@@ -81,21 +64,10 @@ def _facts(path: str, line: int, info: Any) -> dict[str, Scalar]:
         return {}
     if not isinstance(info, dict):
         raise InputError(path, line, "server_info", "expected an object or null")
-    facts: dict[str, Scalar] = {}
-    for key in SERVER_FACTS:
-        if key not in info or info[key] is None:
-            continue
-        value = info[key]
-        if isinstance(value, list):
-            value = " ".join(str(v) for v in value)
-        if not isinstance(value, (str, int, float, bool)):
-            raise InputError(path, line, f"server_info.{key}", "expected a scalar")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(path, line, f"server_info.{key}", "expected a finite number")
-        facts[key] = redact(value) if isinstance(value, str) else value
-    if "version" in facts:
-        facts["sglang_version"] = facts.pop("version")
-    return facts
+    try:
+        return serverinfo.facts(info)
+    except serverinfo.FactError as exc:
+        raise InputError(path, line, f"server_info.{exc.key}", str(exc)) from None
 
 
 def _details(path: str, line: int, doc: dict[str, Any]) -> dict[str, object] | None:

@@ -1,0 +1,85 @@
+"""Closed-loop load: exactly C requests in flight until the prompts run out.
+
+A request's clock starts immediately before it is written (transport), not
+when it was queued. Warm-up requests run first and are not recorded. A
+monitor task samples the event loop's lag, so that a client that is itself
+the bottleneck shows up in the point's metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from findings.bench.protocol import Parser, build
+from findings.bench.records import PointOutcome, RequestRecord
+from findings.bench.transport import StreamTransport
+from findings.bench.workload import Prompt
+
+LAG_INTERVAL_S = 0.01
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    api: str
+    concurrency: int
+    prompts: tuple[Prompt, ...]
+    warmup: tuple[Prompt, ...]
+    output_len: int
+    model: str
+    rid_prefix: str
+
+
+async def _lag_monitor(samples: list[float], stop: asyncio.Event) -> None:
+    clock = time.perf_counter
+    while not stop.is_set():
+        t = clock()
+        await asyncio.sleep(LAG_INTERVAL_S)
+        samples.append(max(0.0, (clock() - t - LAG_INTERVAL_S) * 1000.0))
+
+
+async def _one(transport: StreamTransport, plan: PointPlan, prompt: Prompt, rid: str) -> RequestRecord:
+    rec = RequestRecord(index=prompt.index, input_len=prompt.input_len)
+    req = build(plan.api, prompt, plan.output_len, plan.model, rid)
+    await transport.send(req, rec, Parser(plan.api, rec))
+    return rec
+
+
+async def _closed_loop(transport: StreamTransport, plan: PointPlan, prompts: tuple[Prompt, ...], tag: str,
+                       on_done: Callable[[RequestRecord], None] | None) -> list[RequestRecord]:
+    queue = list(reversed(prompts))
+    done: list[RequestRecord] = []
+
+    async def worker() -> None:
+        while queue:
+            prompt = queue.pop()
+            rec = await _one(transport, plan, prompt, f"{plan.rid_prefix}-{tag}{prompt.index}")
+            done.append(rec)
+            if on_done is not None:
+                on_done(rec)
+
+    await asyncio.gather(*(worker() for _ in range(min(plan.concurrency, len(prompts)))))
+    return done
+
+
+async def run_point(transport: StreamTransport, plan: PointPlan,
+                    on_done: Callable[[RequestRecord], None] | None = None) -> PointOutcome:
+    if plan.warmup:
+        await _closed_loop(transport, plan, plan.warmup, "w", None)
+    samples: list[float] = []
+    stop = asyncio.Event()
+    monitor = asyncio.create_task(_lag_monitor(samples, stop))
+    started = time.perf_counter()
+    try:
+        records = await _closed_loop(transport, plan, plan.prompts, "", on_done)
+    finally:
+        stop.set()
+        await monitor
+    records.sort(key=lambda r: r.index)
+    if records:
+        started = min(r.sent for r in records)
+    finished = max((r.end for r in records if r.end is not None), default=time.perf_counter())
+    return PointOutcome(records=tuple(records), started=started, finished=finished,
+                        planned=len(plan.prompts), lag_samples_ms=tuple(samples))

@@ -1,0 +1,143 @@
+"""Per-point metrics derived from raw per-request records. Pure.
+
+Names follow sglang.bench_serving where one exists (``*_ms`` milliseconds),
+so that imported and measured points compare directly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from findings.bench.records import PointOutcome, RequestRecord
+from findings.model import THROUGHPUT
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _stats(prefix: str, values: Sequence[float], scale: float = 1000.0) -> dict[str, float]:
+    if not values:
+        return {}
+    out = {
+        f"mean_{prefix}_ms": sum(values) / len(values) * scale,
+        f"median_{prefix}_ms": percentile(values, 50) * scale,
+        f"p90_{prefix}_ms": percentile(values, 90) * scale,
+        f"p99_{prefix}_ms": percentile(values, 99) * scale,
+    }
+    return out
+
+
+def itls(rec: RequestRecord) -> list[float]:
+    """Inter-token latencies: each event's gap split evenly over the tokens it added."""
+    out: list[float] = []
+    for (t0, n0), (t1, n1) in zip(rec.events, rec.events[1:]):
+        added = n1 - n0
+        if added > 0:
+            out.extend([(t1 - t0) / added] * added)
+    return out
+
+
+def derive(outcome: PointOutcome) -> dict[str, float]:
+    recs = outcome.records
+    ok = [r for r in recs if r.ok]
+    duration = max(outcome.finished - outcome.started, 1e-9)
+    out_tokens = sum(r.output_tokens for r in ok)
+    m: dict[str, float] = {
+        THROUGHPUT: out_tokens / duration,
+        "duration": duration,
+        "completed": float(len(ok)),
+        "failed": float(len(recs) - len(ok)),
+        "planned": float(outcome.planned),
+        "request_throughput": len(ok) / duration,
+        "total_output_tokens": float(out_tokens),
+        "total_input_tokens": float(sum(r.input_len for r in ok)),
+    }
+    m["input_throughput"] = m["total_input_tokens"] / duration
+    ttft = [r.first_token - r.sent for r in ok if r.first_token is not None]
+    e2e = [r.end - r.sent for r in ok if r.end is not None]
+    tpot = [
+        (r.end - r.first_token) / (r.output_tokens - 1)
+        for r in ok
+        if r.end is not None and r.first_token is not None and r.output_tokens > 1
+    ]
+    itl = [x for r in ok for x in itls(r)]
+    m.update(_stats("ttft", ttft))
+    m.update(_stats("tpot", tpot))
+    m.update(_stats("itl", itl))
+    m.update(_stats("e2e_latency", e2e))
+    if e2e:
+        m["concurrency"] = sum(e2e) / duration  # measured mean in flight, as sglang reports it
+    verify = [r for r in ok if r.spec_verify_ct]
+    if verify:
+        m["accept_length"] = sum(r.output_tokens for r in verify) / sum(r.spec_verify_ct or 0 for r in verify)
+    before, after = outcome.metrics_before, outcome.metrics_after
+    if before and after:
+        gen = after.get("sglang:generation_tokens_total", 0) - before.get("sglang:generation_tokens_total", 0)
+        calls = after.get("sglang:spec_verify_calls_total", 0) - before.get("sglang:spec_verify_calls_total", 0)
+        if gen > 0:
+            m["server_generation_tokens"] = gen
+        if calls > 0:
+            m["accept_length_metrics"] = gen / calls
+    if outcome.lag_samples_ms:
+        lag = outcome.lag_samples_ms
+        m["client_loop_lag_p50_ms"] = percentile(lag, 50)
+        m["client_loop_lag_p99_ms"] = percentile(lag, 99)
+        m["client_loop_lag_max_ms"] = max(lag)
+    for kind in sorted({r.error_type for r in recs if r.error_type}):
+        m[f"errors_{kind}"] = float(sum(1 for r in recs if r.error_type == kind))
+    # Client timing error against the emulator's ground truth: the client's
+    # TTFT minus the server's own arrival -> first-write time.
+    err = [
+        (r.first_token - r.sent) - (r.server_first_event_wall - r.server_arrival_wall)
+        for r in ok
+        if r.first_token is not None and r.server_first_event_wall is not None
+        and r.server_arrival_wall is not None
+    ]
+    if err:
+        m["ttft_client_error_p50_ms"] = percentile(err, 50) * 1000
+        m["ttft_client_error_p99_ms"] = percentile(err, 99) * 1000
+    return {k: v for k, v in m.items() if math.isfinite(v)}
+
+
+def _r(x: float | None, digits: int = 6) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def raw_columns(outcome: PointOutcome) -> dict[str, Any]:
+    """Per-request records as compact columns for the store (times in seconds,
+    relative to the point's first send)."""
+    t0 = outcome.started
+    recs = outcome.records
+
+    def rel(x: float | None) -> float | None:
+        return None if x is None else round(x - t0, 6)
+
+    cols: dict[str, Any] = {
+        "sent_s": [rel(r.sent) for r in recs],
+        "ttft_s": [_r(r.first_token - r.sent) if r.first_token is not None else None for r in recs],
+        "e2e_s": [_r(r.end - r.sent) if r.end is not None else None for r in recs],
+        "input_len": [r.input_len for r in recs],
+        "output_len": [r.output_tokens for r in recs],
+        "event_s": [[round(t - r.sent, 6) for t, _ in r.events] for r in recs],
+        "event_tokens": [[n for _, n in r.events] for r in recs],
+        "error": [r.error for r in recs],
+        "error_type": [r.error_type for r in recs],
+        "spec_verify_ct": [r.spec_verify_ct for r in recs],
+        "finish_reason": [r.finish_reason for r in recs],
+    }
+    if any(r.server_arrival_wall is not None for r in recs):
+        cols["server_arrival_minus_sent_s"] = [
+            _r(r.server_arrival_wall - r.sent_wall) if r.server_arrival_wall is not None else None for r in recs]
+        cols["server_first_event_minus_sent_s"] = [
+            _r(r.server_first_event_wall - r.sent_wall) if r.server_first_event_wall is not None else None
+            for r in recs]
+    return cols

@@ -1,0 +1,183 @@
+"""Request bodies and stream-event parsing, per API. No I/O.
+
+Token timing uses ``completion_tokens`` (native ``meta_info``) or ``usage``
+deltas (OpenAI with ``continuous_usage_stats``), never event counts: one
+speculative step can add several tokens in one event. When an OpenAI server
+gives usage only at the end, the final count is spread over the content
+chunks in proportion to their characters (docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from findings.bench.records import RequestRecord
+from findings.bench.workload import Prompt
+
+APIS = ("native", "openai-chat", "openai-completions")
+PATHS = {"native": "/generate", "openai-chat": "/v1/chat/completions", "openai-completions": "/v1/completions"}
+
+
+@dataclass(frozen=True)
+class Request:
+    path: str
+    body: dict[str, Any]
+
+
+def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str) -> Request:
+    if api == "native":
+        body: dict[str, Any] = {
+            "sampling_params": {"max_new_tokens": output_len, "ignore_eos": True, "temperature": 0.0},
+            "stream": True,
+            "rid": rid,
+        }
+        if prompt.input_ids is not None:
+            body["input_ids"] = list(prompt.input_ids)
+        else:
+            body["text"] = prompt.text
+        return Request(PATHS[api], body)
+    common: dict[str, Any] = {
+        "model": model,
+        "max_tokens": output_len,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "ignore_eos": True,
+        "min_tokens": output_len,
+        "rid": rid,
+        "return_spec_tokens_details": True,
+    }
+    if api == "openai-chat":
+        return Request(PATHS[api], {**common, "messages": [{"role": "user", "content": prompt.text or ""}]})
+    if api == "openai-completions":
+        prompt_value: Any = list(prompt.input_ids) if prompt.input_ids is not None else prompt.text
+        return Request(PATHS[api], {**common, "prompt": prompt_value})
+    raise ValueError(f"unknown api {api!r}; choose one of {', '.join(APIS)}")
+
+
+class Parser:
+    """Feeds decoded stream events into a RequestRecord."""
+
+    def __init__(self, api: str, rec: RequestRecord) -> None:
+        self.api = api
+        self.rec = rec
+        self.done = False
+        self._chunks: list[tuple[float, int]] = []  # OpenAI content chunks without usage: (t, chars)
+        self._usage_seen = False
+
+    def error(self, kind: str, message: str) -> None:
+        if not self.rec.error:
+            self.rec.error_type = kind
+            self.rec.error = message[:500]
+
+    def feed(self, obj: Any, now: float) -> None:
+        if not isinstance(obj, dict):
+            self.error("sse", "stream event is not a JSON object")
+            return
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+            self.error("server_error", f"error event: {msg}")
+            return
+        if self.api == "native":
+            self._native(obj, now)
+        else:
+            self._openai(obj, now)
+
+    def _tokens(self, now: float, total: int) -> None:
+        rec = self.rec
+        last = rec.events[-1][1] if rec.events else 0
+        if total > last:
+            if rec.first_token is None:
+                rec.first_token = now
+            rec.events.append((now, total))
+            rec.output_tokens = total
+
+    def _native(self, obj: dict[str, Any], now: float) -> None:
+        meta = obj.get("meta_info")
+        if not isinstance(meta, dict):
+            self.error("sse", "event without meta_info")
+            return
+        ct = meta.get("completion_tokens")
+        if isinstance(ct, int):
+            self._tokens(now, ct)
+        if self.rec.prompt_tokens is None and isinstance(meta.get("prompt_tokens"), int):
+            self.rec.prompt_tokens = meta["prompt_tokens"]
+        self._ground_truth(meta)
+        fin = meta.get("finish_reason")
+        if fin is not None:
+            self.rec.finish_reason = fin.get("type") if isinstance(fin, dict) else str(fin)
+            if fin == "abort" or (isinstance(fin, dict) and fin.get("type") == "abort"):
+                self.error("server_error", f"aborted: {fin.get('message', '') if isinstance(fin, dict) else ''}")
+            self._spec(meta)
+
+    def _spec(self, d: dict[str, Any]) -> None:
+        v = d.get("spec_verify_ct")
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            self.rec.spec_verify_ct = v
+        a = d.get("spec_accept_length")
+        if isinstance(a, (int, float)) and not isinstance(a, bool):
+            self.rec.spec_accept_length = float(a)
+
+    def _ground_truth(self, d: dict[str, Any]) -> None:
+        if self.rec.server_arrival_wall is None and isinstance(d.get("emulator_arrival_ts"), (int, float)):
+            self.rec.server_arrival_wall = float(d["emulator_arrival_ts"])
+        if self.rec.server_first_event_wall is None and self.rec.first_token is not None:
+            ts = d.get("emulator_event_ts")
+            if isinstance(ts, (int, float)):
+                self.rec.server_first_event_wall = float(ts)
+
+    def _openai(self, obj: dict[str, Any], now: float) -> None:
+        choices = obj.get("choices")
+        usage = obj.get("usage")
+        ext = obj.get("sglext")
+        if isinstance(ext, dict) and isinstance(ext.get("spec_tokens_details"), dict):
+            self._spec(ext["spec_tokens_details"])
+        content = ""
+        if isinstance(choices, list) and choices:
+            ch = choices[0] if isinstance(choices[0], dict) else {}
+            delta = ch.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else ch.get("text")
+            content = piece if isinstance(piece, str) else ""
+            if ch.get("finish_reason") is not None:
+                self.rec.finish_reason = str(ch["finish_reason"])
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            if self.rec.prompt_tokens is None and isinstance(usage.get("prompt_tokens"), int):
+                self.rec.prompt_tokens = usage["prompt_tokens"]
+            if content or not self._chunks:
+                self._usage_seen = True
+                self._tokens(now, usage["completion_tokens"])
+            else:
+                self._spread(usage["completion_tokens"])
+        elif content:
+            if self._usage_seen:
+                return
+            if self.rec.first_token is None:
+                self.rec.first_token = now
+            self._chunks.append((now, len(content)))
+        emu = obj.get("emulator")
+        if isinstance(emu, dict):
+            self._ground_truth(emu)
+
+    def _spread(self, total: int) -> None:
+        """Usage came only at the end: attribute it to chunks by characters."""
+        chars = sum(c for _, c in self._chunks) or 1
+        acc = 0
+        self.rec.events = []
+        for i, (t, c) in enumerate(self._chunks):
+            acc += c
+            n = total if i == len(self._chunks) - 1 else round(total * acc / chars)
+            if not self.rec.events or n > self.rec.events[-1][1]:
+                self.rec.events.append((t, n))
+        self.rec.output_tokens = total
+        self._usage_seen = True
+
+    def finish(self, now: float) -> None:
+        """The stream ended ([DONE] or EOF)."""
+        rec = self.rec
+        if self._chunks and not self._usage_seen:
+            self.error("incomplete", "stream ended without usage; token count unknown")
+        if not rec.error and rec.finish_reason is None and self.api == "native":
+            self.error("incomplete", "stream ended before a finish_reason")
+        rec.end = now

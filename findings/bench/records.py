@@ -1,0 +1,47 @@
+"""Raw per-request records, as measured. Everything else is derived from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestRecord:
+    """One request. Times are ``time.perf_counter()`` seconds; ``sent`` is
+    taken immediately before the request is written to the connection."""
+
+    index: int
+    input_len: int
+    sent: float = 0.0
+    sent_wall: float = 0.0  # time.time() at ``sent``, to compare with server clocks
+    first_token: float | None = None
+    end: float | None = None
+    #: Per event that added tokens: (perf_counter time, cumulative completion tokens).
+    events: list[tuple[float, int]] = field(default_factory=list)
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    error: str = ""
+    error_type: str = ""  # http_500, http_503, http_4xx, connect, reset, timeout, sse, server_error, incomplete
+    spec_verify_ct: int | None = None
+    spec_accept_length: float | None = None
+    server_arrival_wall: float | None = None  # ground truth from the emulator
+    server_first_event_wall: float | None = None
+    finish_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and self.end is not None
+
+
+@dataclass(frozen=True)
+class PointOutcome:
+    """A measured point: raw records plus what the client saw around them."""
+
+    records: tuple[RequestRecord, ...]
+    started: float  # perf_counter at the first send
+    finished: float  # perf_counter when the last request ended
+    planned: int
+    lag_samples_ms: tuple[float, ...]
+    metrics_before: dict[str, float] | None = None  # /metrics counters
+    metrics_after: dict[str, float] | None = None
+    interrupted: bool = False

@@ -1,0 +1,369 @@
+"""Run benchmark sweeps and store every finished point.
+
+One point is one store run (file), written atomically the moment it is
+measured: Ctrl-C, a crash of the runner or of the server loses at most the
+point in flight, never a stored one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from findings import __version__, serverinfo, store
+from findings.bench import host, launch
+from findings.bench.client import PointPlan, run_point
+from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
+from findings.bench.metrics import derive, raw_columns
+from findings.bench.records import PointOutcome, RequestRecord
+from findings.bench.transport import Control, make_transport
+from findings.bench.workload import Workload, make_prompts
+from findings.errors import FindingsError
+from findings.model import Campaign, Point, Run, Scalar
+from findings.schema import SCHEMA_VERSION, point_id
+from findings.settings import Settings
+
+IMPORTER = "findings-bench"
+IMPORTER_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    store: Path
+    real_store: Path | None  # the project's real store: simulated points never go there
+    log_dir: Path
+    date: str
+    campaign_suffix: str = ""
+    api_key: str | None = None
+    progress: bool = True
+    root: Path | None = None  # for the git commit in provenance
+
+
+@dataclass
+class BenchReport:
+    written: list[Path] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    def summary(self) -> str:
+        head = f"stored {len(self.written)} points"
+        if self.interrupted:
+            head = f"interrupted: kept {len(self.written)} finished points (the point in flight was dropped)"
+        return "\n".join([head] + [f"problem: {p}" for p in self.problems])
+
+
+class Progress:
+    """A one-line progress bar per point on a terminal, and a summary line always."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.label = ""
+        self.total = 0
+        self.done = 0
+        self.failed = 0
+        self.t0 = 0.0
+
+    def start(self, label: str, total: int) -> None:
+        self.label, self.total, self.done, self.failed, self.t0 = label, total, 0, 0, time.monotonic()
+        self._draw()
+
+    def tick(self, rec: RequestRecord) -> None:
+        self.done += 1
+        self.failed += 0 if rec.ok else 1
+        if self.enabled and (self.done == self.total or self.done % max(1, self.total // 50) == 0):
+            self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * self.done / max(self.total, 1))
+        bar = "#" * filled + "." * (width - filled)
+        sys.stderr.write(f"\r{self.label} [{bar}] {self.done}/{self.total} "
+                         f"{self.failed} failed {time.monotonic() - self.t0:5.1f}s")
+        sys.stderr.flush()
+
+    def end(self, line: str) -> None:
+        if self.enabled:
+            sys.stderr.write("\r\x1b[K")
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def parse_prometheus(text: str | None) -> dict[str, float] | None:
+    """Sum each metric's samples over labels (counters and gauges alike)."""
+    if text is None:
+        return None
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name_part, _, value = line.rpartition(" ")
+        name = name_part.split("{", 1)[0].strip()
+        try:
+            out[name] = out.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def git_commit(root: Path | None) -> str | None:
+    if root is None:
+        return None
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass
+class _Target:
+    """One config's server for the duration of its sweep."""
+
+    spec: ConfigSpec
+    url: str
+    control: Control
+    server: launch.Server | None
+    info: dict[str, Any]
+    model: str
+    simulated: bool
+    facts: dict[str, Scalar]
+
+
+def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
+    server = None
+    if spec.launch:
+        server = launch.start(spec.name, spec.launch, spec.env, opts.log_dir)
+        url = server.url
+    else:
+        assert spec.url is not None
+        url = spec.url
+    control = Control(url, opts.api_key)
+    try:
+        if server is not None:
+            launch.wait_healthy(server, control.healthy, sweep.health_timeout_s)
+        elif not control.healthy() and not control.models():
+            raise FindingsError(f"config {spec.name}: no server answers at {url} (/health and /v1/models failed)")
+        info = control.get_json("/server_info", "/get_server_info") or {}
+        model_info = control.get_json("/model_info", "/get_model_info") or {}
+        models = control.models()
+    except BaseException:
+        control.close()
+        if server is not None:
+            server.stop()
+        raise
+    try:
+        facts = serverinfo.facts(info)
+    except serverinfo.FactError as exc:
+        facts = {}
+        print(f"warning: ignoring server_info.{exc.key}: {exc}", file=sys.stderr)
+    model = (models[0] if models else None) or str(model_info.get("model_path") or info.get("model_path") or "default")
+    facts.setdefault("model_path", str(model_info.get("model_path") or model))
+    for k, v in spec.facts.items():
+        facts[k] = serverinfo.redact(v) if isinstance(v, str) else v
+    if server is not None:
+        facts["launch"] = serverinfo.redact(" ".join(server.command))
+    return _Target(spec=spec, url=url, control=control, server=server, info=info, model=model,
+                   simulated=serverinfo.is_emulated(info), facts=facts)
+
+
+def _run_id(doc: dict[str, Any]) -> tuple[str, str]:
+    sha = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+    return f"bench-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{sha[:10]}", sha
+
+
+def _store_point(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workload, sweep: Sweep,
+                 concurrency: int, repeat: int, outcome: PointOutcome, started_wall: str,
+                 environment: dict[str, Scalar]) -> Path:
+    metrics = derive(outcome)
+    requests = raw_columns(outcome)
+    source = "simulated" if target.simulated else "runner"
+    params: dict[str, Scalar] = {**w.params(), "num_prompts": outcome.planned, "api": sweep.api,
+                                 "transport": sweep.transport, "warmup": sweep.warmup}
+    provenance: dict[str, Scalar] = {
+        "url": target.url, "repeat": repeat, "started_at": started_wall, "ended_at": _now_iso(),
+        "flush_cache": sweep.flush_cache, "tool_version": __version__,
+    }
+    if target.server is not None:
+        provenance["server_log"] = str(target.server.log)
+        provenance["launch_command"] = serverinfo.redact(" ".join(target.server.command))
+        for k, v in sorted(target.spec.env.items()):
+            provenance[f"env.{k}"] = serverinfo.REDACTED if serverinfo.secret_name(k) else serverinfo.redact(v)
+    commit = git_commit(opts.root)
+    if commit:
+        provenance["findings_commit"] = commit
+    identity = {"campaign": campaign.name, "config": target.spec.name, "workload": w.name, "c": concurrency,
+                "repeat": repeat, "metrics": metrics, "started": started_wall}
+    rid, sha = _run_id(identity)
+    point = Point(id=point_id(rid, 0), run_id=rid, campaign=campaign.name, config=target.spec.name,
+                  workload=w.name, concurrency=concurrency, metrics=metrics, source=source,
+                  source_file=None, source_line=None, workload_params=params, requests=requests)
+    run = Run(schema_version=SCHEMA_VERSION, run_id=rid, source=source, importer=IMPORTER,
+              importer_version=IMPORTER_VERSION, tool_version=__version__, created_at=_now_iso(),
+              source_file=None, source_sha256=sha, environment=environment, campaigns=(campaign,),
+              configs={target.spec.name: target.facts}, points=(point,), provenance=provenance)
+    return store.add_run(opts.store, run)
+
+
+def _point_line(label: str, outcome: PointOutcome) -> str:
+    m = derive(outcome)
+    parts = [f"{label}: {int(m['completed'])}/{outcome.planned} ok",
+             f"{m.get('output_throughput_tok_s', 0):.1f} tok/s"]
+    if "median_ttft_ms" in m:
+        parts.append(f"TTFT p50 {m['median_ttft_ms']:.1f} ms")
+    if "accept_length" in m:
+        parts.append(f"accept {m['accept_length']:.2f}")
+    if "client_loop_lag_p99_ms" in m:
+        parts.append(f"loop lag p99 {m['client_loop_lag_p99_ms']:.1f} ms")
+    kinds = sorted(k for k in m if k.startswith("errors_"))
+    if kinds:
+        parts.append("errors " + ", ".join(f"{k[7:]}={int(m[k])}" for k in kinds))
+    return ", ".join(parts)
+
+
+async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec, workloads: list[Workload],
+                        opts: BenchOptions, report: BenchReport, environment: dict[str, Scalar]) -> None:
+    sweep = spec.sweep
+    top = max(sweep.concurrency)
+    transport = make_transport(sweep.transport, target.url, top, sweep.read_timeout_s, opts.api_key)
+    await transport.start()
+    progress = Progress(opts.progress)
+    try:
+        for w in workloads:
+            for c in sweep.concurrency:
+                for repeat in range(1, sweep.repeats + 1):
+                    n = w.requests_at(c)
+                    salt = c * 1000 + repeat
+                    prompts = tuple(make_prompts(w, n, salt=salt, ids=False))
+                    warm = tuple(make_prompts(w, sweep.warmup, salt=-salt)) if sweep.warmup else ()
+                    plan = PointPlan(api=sweep.api, concurrency=c, prompts=prompts, warmup=warm,
+                                     output_len=w.output_len, model=target.model,
+                                     rid_prefix=f"{campaign.name}-{target.spec.name}-{c}-{repeat}-{time.time_ns()}")
+                    if sweep.flush_cache:
+                        await asyncio.to_thread(target.control.flush_cache)
+                    before = parse_prometheus(await asyncio.to_thread(target.control.metrics_text))
+                    label = f"{target.spec.name} {w.name} C={c} rep {repeat}/{sweep.repeats}"
+                    started_wall = _now_iso()
+                    progress.start(label, n)
+                    outcome = await run_point(transport, plan, progress.tick)
+                    after = parse_prometheus(await asyncio.to_thread(target.control.metrics_text))
+                    outcome = replace(outcome, metrics_before=before, metrics_after=after)
+                    progress.end(_point_line(label, outcome))
+                    path = _store_point(opts, target, campaign, w, sweep, c, repeat, outcome, started_wall,
+                                        environment)
+                    report.written.append(path)
+                    if _server_gone(target, outcome):
+                        report.problems.append(_gone_message(target))
+                        return
+    finally:
+        await transport.close()
+
+
+def _server_gone(target: _Target, outcome: PointOutcome) -> bool:
+    if target.server is not None and not target.server.alive():
+        return True
+    fatal = {"connect", "reset"}
+    return bool(outcome.records) and all(r.error_type in fatal for r in outcome.records[-3:]) \
+        and not target.control.healthy()
+
+
+def _gone_message(target: _Target) -> str:
+    if target.server is not None:
+        code = target.server.proc.poll()
+        return (f"config {target.spec.name}: the server died mid-sweep (exit code {code}); the points "
+                f"measured so far are stored, failed requests are counted; last lines of "
+                f"{target.server.log}:\n{launch.tail(target.server.log)}")
+    return (f"config {target.spec.name}: the server at {target.url} stopped answering mid-sweep; the points "
+            f"measured so far are stored, failed requests are counted")
+
+
+def _campaign(name: str, opts: BenchOptions, index: int, stamp: int) -> Campaign:
+    existing = {c.name: c for c in store.load(opts.store).campaigns} if opts.store.exists() else {}
+    old = existing.get(name)
+    if old is not None:
+        if old.date != opts.date:
+            raise FindingsError(
+                f"campaign {name!r} already exists in {opts.store} with date {old.date or old.when}; "
+                f"choose another name (or --campaign-suffix)")
+        return old
+    return Campaign(name=name, date=opts.date, order=stamp * 100 + index)
+
+
+def _check_store(target: _Target, opts: BenchOptions) -> None:
+    if target.simulated and opts.real_store is not None \
+            and opts.store.resolve() == opts.real_store.resolve():
+        raise FindingsError(
+            f"config {target.spec.name}: the server is the findings emulator, and simulated results never "
+            f"go into the real store {opts.store}; pass --store (e.g. benchmarks/results-emulated)")
+
+
+def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] | None = None) -> BenchReport:
+    report = BenchReport()
+    environment = host.facts()
+    stamp = int(time.strftime("%H%M%S", time.gmtime()))
+    try:
+        for index, spec in enumerate(matrix.campaigns):
+            campaign = _campaign(spec.name + opts.campaign_suffix, opts, index, stamp)
+            for cname in spec.configs:
+                target = _connect(matrix.configs[cname], spec.sweep, opts)
+                try:
+                    _check_store(target, opts)
+                    workloads = [matrix.workloads[w] for w in spec.workloads]
+                    asyncio.run(_sweep_config(target, campaign, spec, workloads, opts, report, environment))
+                finally:
+                    target.control.close()
+                    if target.server is not None:
+                        target.server.stop()
+    except KeyboardInterrupt:
+        report.interrupted = True
+    return report
+
+
+def bench_file(path: str, opts: BenchOptions) -> BenchReport:
+    from findings.bench.matrix import parse
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FindingsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return run_matrix(parse(path, text), opts)
+
+
+def bench_attach(url: str, config: str, campaign: str, workload: Workload, sweep: Sweep,
+                 opts: BenchOptions) -> BenchReport:
+    from findings.schema import valid_name
+    for label, value in (("--config", config), ("--campaign", campaign), ("--workload", workload.name)):
+        if not valid_name(value):
+            raise FindingsError(f"{label}: invalid name {value!r}")
+    if not url.startswith(("http://", "https://")):
+        raise FindingsError(f"--url: expected an http(s) URL, got {url!r}")
+    matrix = Matrix(path=f"attach:{url}", configs={config: ConfigSpec(name=config, url=url)},
+                    workloads={workload.name: workload},
+                    campaigns=(CampaignSpec(name=campaign, configs=(config,), workloads=(workload.name,),
+                                            sweep=sweep),))
+    return run_matrix(matrix, opts)
+
+
+def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_dir: str | None,
+            api_key: str | None, progress: bool) -> BenchOptions:
+    """Runner options from the settings and the command line."""
+    from findings.schema import valid_date
+    day = date or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+    if not valid_date(day):
+        raise FindingsError(f"--date: expected YYYY-MM-DD, got {day!r}")
+    return BenchOptions(store=settings.store, real_store=settings.home_store,
+                        log_dir=Path(log_dir) if log_dir else settings.root / "build" / "logs",
+                        date=day, campaign_suffix=campaign_suffix, api_key=api_key, progress=progress,
+                        root=settings.root)

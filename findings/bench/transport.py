@@ -1,0 +1,243 @@
+"""HTTP transports. The only module that imports aiohttp, httpx and orjson.
+
+- ``AiohttpTransport``: the streaming hot path. One shared ClientSession, a
+  connector with no connection limit (limit=0), keep-alive reuse, and orjson
+  on the raw bytes of each ``data:`` line. Measured against httpx in
+  docs/decisions.md (D17).
+- ``HttpxTransport``: the same interface on httpx.AsyncClient, with limits
+  raised above the concurrency; selectable with ``--transport httpx``.
+- ``Control``: httpx for the control plane (/server_info, /model_info,
+  /health, /metrics, /flush_cache), synchronous: it is never on a hot path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Protocol
+
+import aiohttp
+import httpx
+import orjson
+
+from findings.bench.protocol import Parser, Request
+from findings.bench.records import RequestRecord
+
+TRANSPORTS = ("aiohttp", "httpx")
+
+
+class StreamTransport(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
+        """Send one streaming request; fill ``rec`` through ``parser``. Never raises
+        for server or network faults: they become ``rec.error``/``error_type``."""
+        ...
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if api_key:
+        h["Authorization"] = f"Bearer {api_key}"
+    return h
+
+
+def _status_kind(status: int) -> str:
+    if status in (500, 503):
+        return f"http_{status}"
+    return "http_4xx" if 400 <= status < 500 else "http_5xx"
+
+
+def _data(line: bytes, parser: Parser, now: float) -> bool:
+    """Handle one SSE line; True at [DONE]."""
+    line = line.strip()
+    if not line or line.startswith(b":"):
+        return False
+    if not line.startswith(b"data:"):
+        if line.startswith((b"event:", b"id:", b"retry:")):
+            return False
+        parser.error("sse", f"malformed SSE line: {line[:80]!r}")
+        return True
+    payload = line[5:].strip()
+    if payload == b"[DONE]":
+        return True
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        parser.error("sse", f"malformed SSE data: {payload[:80]!r}")
+        return True
+    parser.feed(obj, now)
+    return bool(parser.rec.error)
+
+
+class AiohttpTransport:
+    def __init__(self, base_url: str, read_timeout_s: float = 60.0, api_key: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.read_timeout_s = read_timeout_s
+        self.headers = _headers(api_key)
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False,
+                                         enable_cleanup_closed=True)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.read_timeout_s)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self.headers,
+                                             json_serialize=lambda o: orjson.dumps(o).decode())
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
+        assert self.session is not None
+        body = orjson.dumps(req.body)
+        clock = time.perf_counter
+        rec.sent_wall = time.time()
+        rec.sent = clock()
+        try:
+            async with self.session.post(self.base_url + req.path, data=body) as resp:
+                if resp.status != 200:
+                    text = (await resp.text())[:300]
+                    parser.error(_status_kind(resp.status), f"HTTP {resp.status}: {text}")
+                    rec.end = clock()
+                    return
+                buf = b""
+                async for chunk in resp.content.iter_any():
+                    now = clock()
+                    buf += chunk
+                    *lines, buf = buf.split(b"\n")
+                    for line in lines:
+                        if _data(line, parser, now):
+                            parser.finish(now)
+                            return
+                parser.finish(clock())
+        except aiohttp.ClientConnectorError as exc:
+            parser.error("connect", f"cannot connect: {exc}")
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError,
+                aiohttp.ClientOSError) as exc:
+            parser.error("reset", f"connection lost mid-request: {type(exc).__name__}: {exc}")
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            parser.error("timeout", f"no data for {self.read_timeout_s:g} s (read timeout)")
+        except aiohttp.ClientError as exc:
+            parser.error("reset", f"{type(exc).__name__}: {exc}")
+        if rec.end is None:
+            rec.end = clock()
+
+
+class HttpxTransport:
+    def __init__(self, base_url: str, read_timeout_s: float = 60.0, api_key: str | None = None,
+                 max_connections: int = 1000) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.read_timeout_s = read_timeout_s
+        self.headers = _headers(api_key)
+        self.max_connections = max_connections
+        self.client: httpx.AsyncClient | None = None
+
+    async def start(self) -> None:
+        limits = httpx.Limits(max_connections=self.max_connections,
+                              max_keepalive_connections=self.max_connections)
+        self.client = httpx.AsyncClient(base_url=self.base_url, headers=self.headers, limits=limits,
+                                        timeout=httpx.Timeout(30.0, read=self.read_timeout_s))
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.aclose()
+
+    async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
+        assert self.client is not None
+        body = orjson.dumps(req.body)
+        clock = time.perf_counter
+        rec.sent_wall = time.time()
+        rec.sent = clock()
+        try:
+            async with self.client.stream("POST", req.path, content=body) as resp:
+                if resp.status_code != 200:
+                    text = (await resp.aread()).decode(errors="replace")[:300]
+                    parser.error(_status_kind(resp.status_code), f"HTTP {resp.status_code}: {text}")
+                    rec.end = clock()
+                    return
+                async for line in resp.aiter_lines():
+                    now = clock()
+                    if _data(line.encode(), parser, now):
+                        parser.finish(now)
+                        return
+                parser.finish(clock())
+        except httpx.ConnectError as exc:
+            parser.error("connect", f"cannot connect: {exc}")
+        except httpx.ReadTimeout:
+            parser.error("timeout", f"no data for {self.read_timeout_s:g} s (read timeout)")
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            parser.error("reset", f"connection lost mid-request: {type(exc).__name__}: {exc}")
+        except httpx.HTTPError as exc:
+            parser.error("reset", f"{type(exc).__name__}: {exc}")
+        if rec.end is None:
+            rec.end = clock()
+
+
+def make_transport(name: str, base_url: str, concurrency: int, read_timeout_s: float,
+                   api_key: str | None = None) -> StreamTransport:
+    if name == "aiohttp":
+        return AiohttpTransport(base_url, read_timeout_s, api_key)
+    if name == "httpx":
+        return HttpxTransport(base_url, read_timeout_s, api_key, max_connections=max(concurrency * 2, 100))
+    raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
+
+
+class ControlError(Exception):
+    pass
+
+
+class Control:
+    """Synchronous control-plane calls with httpx."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def get_json(self, *paths: str) -> dict[str, Any] | None:
+        """The first path that answers 200 with a JSON object, else None."""
+        for path in paths:
+            try:
+                r = self.client.get(path)
+            except httpx.HTTPError:
+                continue
+            if r.status_code == 200:
+                try:
+                    doc = r.json()
+                except ValueError:
+                    continue
+                if isinstance(doc, dict):
+                    return doc
+        return None
+
+    def healthy(self) -> bool:
+        try:
+            return self.client.get("/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def models(self) -> list[str]:
+        doc = self.get_json("/v1/models")
+        data = doc.get("data") if doc else None
+        if not isinstance(data, list):
+            return []
+        return [m["id"] for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+
+    def metrics_text(self) -> str | None:
+        try:
+            r = self.client.get("/metrics")
+        except httpx.HTTPError:
+            return None
+        return r.text if r.status_code == 200 else None
+
+    def flush_cache(self) -> bool:
+        try:
+            return self.client.post("/flush_cache").status_code == 200
+        except httpx.HTTPError:
+            return False

@@ -1,0 +1,74 @@
+"""What a server says about itself, reduced to the config facts we keep.
+
+Shared by the sglang-bench importer (``server_info`` inside each JSONL line)
+and the runner (``GET /server_info``). Secrets are redacted here, at the
+edge, before anything can reach the store.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping
+
+from findings.model import Scalar
+
+#: Resolved server arguments kept as config facts (the rest of SGLang's ~550
+#: are noise for a findings document).
+SERVER_FACTS = (
+    "version", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size", "ep_size",
+    "dtype", "kv_cache_dtype", "quantization", "load_format", "attention_backend",
+    "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs", "mem_fraction_static",
+    "disable_overlap_schedule", "speculative_algorithm", "speculative_draft_model_path",
+    "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
+    "speculative_adaptive", "enable_metrics", "launch_command", "emulated", "emulator_profile",
+)
+
+_SECRET_FLAG = re.compile(
+    r"(--?[\w-]*(?:api[-_]?key|token|secret|password|auth)[\w-]*)([= ])(\S+)", re.IGNORECASE)
+_SECRET_ENV = re.compile(r"\b([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|AUTH)[A-Z0-9_]*)=(\S+)")
+_BEARER = re.compile(r"(Bearer\s+)\S+", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def redact(text: str) -> str:
+    """Mask values of key-like flags, KEY=value pairs and bearer tokens."""
+    text = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    text = _SECRET_ENV.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
+    return _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+
+
+def secret_name(name: str) -> bool:
+    """Does an environment variable's name look like it holds a secret?"""
+    return bool(re.search(r"KEY|TOKEN|SECRET|PASSWORD|AUTH", name, re.IGNORECASE))
+
+
+class FactError(ValueError):
+    """A kept fact has a value we cannot store; ``key`` names it."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def facts(info: Mapping[str, Any]) -> dict[str, Scalar]:
+    """Config facts from a /server_info object (flat resolved args)."""
+    out: dict[str, Scalar] = {}
+    for key in SERVER_FACTS:
+        if key not in info or info[key] is None:
+            continue
+        value = info[key]
+        if isinstance(value, list):
+            value = " ".join(str(v) for v in value)
+        if not isinstance(value, (str, int, float, bool)):
+            raise FactError(key, "expected a scalar")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise FactError(key, "expected a finite number")
+        out[key] = redact(value) if isinstance(value, str) else value
+    if "version" in out:
+        out["sglang_version"] = out.pop("version")
+    return out
+
+
+def is_emulated(info: Mapping[str, Any]) -> bool:
+    return info.get("emulated") is True

@@ -4,7 +4,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test render demo typecheck seed clean
+.PHONY: test render demo bench typecheck seed clean
+
+# make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
+# its own store and document; any other matrix to the real store.
+MATRIX   ?= benchmarks/emulated.toml
+EMULATED := $(findstring emulated,$(MATRIX))
+STORE    ?= $(if $(EMULATED),benchmarks/results-emulated,benchmarks/results)
+SETTINGS ?= $(if $(EMULATED),benchmarks/emulated.findings.toml,findings.toml)
+SUFFIX   ?= -$(shell date -u +%Y%m%d-%H%M%S)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,11 +31,20 @@ render: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# For now the demo renders the committed store into build/ and prints the
-# conclusions; the benchmark runner issue makes it measure end to end.
+bench: $(STAMP)
+	$(BIN)/findings --settings $(SETTINGS) --store $(STORE) bench $(MATRIX) --campaign-suffix=$(SUFFIX)
+	$(BIN)/findings --settings $(SETTINGS) --store $(STORE) render
+
+# The whole flow on a fresh machine, no GPU: launch the emulator per config,
+# sweep, store (build/demo/store), derive and render build/demo/eagle-fast-verify.md.
 demo: $(STAMP)
-	$(BIN)/findings render --output build/eagle-fast-verify.md
-	$(BIN)/findings conclusions
+	rm -rf build/demo
+	$(BIN)/findings --settings benchmarks/emulated.findings.toml --store build/demo/store \
+		bench benchmarks/emulated.toml --no-progress --log-dir build/demo/logs
+	$(BIN)/findings --settings benchmarks/emulated.findings.toml --store build/demo/store \
+		render --output build/demo/eagle-fast-verify.md
+	$(BIN)/findings --settings benchmarks/emulated.findings.toml --store build/demo/store conclusions
+	@echo "demo document: build/demo/eagle-fast-verify.md"
 
 # Rebuild the committed seed store from benchmarks/history/ (into an empty store).
 seed: $(STAMP)

@@ -94,6 +94,129 @@ def ingest_sglang(obj: Context, file: str, config: str, campaign: str, workload:
     click.echo(result.summary())
 
 
+def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        levels = tuple(sorted({int(x) for x in value.split(",") if x.strip()}))
+    except ValueError:
+        raise click.BadParameter("expected integers separated by commas, e.g. 1,2,5,10") from None
+    if not levels or min(levels) < 1:
+        raise click.BadParameter("concurrency levels are integers >= 1")
+    return levels
+
+
+@main.command()
+@click.argument("matrix", required=False)
+@click.option("--url", default=None, help="Attach to a running server at this base URL.")
+@click.option("--config", default=None, help="Attach mode: name of the server config.")
+@click.option("--campaign", default=None, help="Attach mode: campaign name.")
+@click.option("--workload", default=None, help="Attach mode: workload name.")
+@click.option("--concurrency", callback=_concurrency, default="1,2,5,10,30,70,100,250", show_default=True,
+              help="Attach mode: concurrency levels, comma-separated.")
+@click.option("--num-prompts", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Attach mode: requests per point (at least C are always sent).")
+@click.option("--input-len", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Attach mode: prompt length (tokens or words).")
+@click.option("--output-len", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Attach mode: output tokens per request (ignore_eos).")
+@click.option("--prompts", type=click.Choice(["random-ids", "diverse", "fixed"]), default=None,
+              help="Attach mode: prompt set. Default: random-ids for native, diverse for OpenAI APIs.")
+@click.option("--api", type=click.Choice(["native", "openai-chat", "openai-completions"]), default="native",
+              show_default=True, help="Attach mode: which API to drive.")
+@click.option("--transport", type=click.Choice(["aiohttp", "httpx"]), default="aiohttp", show_default=True,
+              help="Attach mode: streaming transport.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Attach mode: repeats per concurrency.")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Attach mode: warm-up requests per point (not counted).")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help="Attach mode: prompt seed.")
+@click.option("--read-timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Attach mode: seconds without data before a request counts as stalled.")
+@click.option("--no-flush-cache", is_flag=True, help="Attach mode: do not POST /flush_cache before each point.")
+@click.option("--date", default=None, metavar="YYYY-MM-DD", help="Campaign date (default: today, UTC).")
+@click.option("--campaign-suffix", default="", help="Appended to every campaign name (e.g. a timestamp).")
+@click.option("--log-dir", default=None, metavar="DIR", help="Server logs (launch mode). Default: build/logs.")
+@click.option("--api-key", envvar="FINDINGS_API_KEY", default=None,
+              help="Bearer token for the server (or $FINDINGS_API_KEY). Never stored.")
+@click.option("--no-progress", is_flag=True, help="No progress bar, only one line per point.")
+@click.pass_obj
+def bench(obj: Context, matrix: str | None, url: str | None, config: str | None, campaign: str | None,
+          workload: str | None, concurrency: tuple[int, ...], num_prompts: int, input_len: int,
+          output_len: int, prompts: str | None, api: str, transport: str, repeats: int, warmup: int,
+          seed: int, read_timeout: float, no_flush_cache: bool, date: str | None, campaign_suffix: str,
+          log_dir: str | None, api_key: str | None, no_progress: bool) -> None:
+    """Run a benchmark matrix (MATRIX.toml), or attach to a server with --url."""
+    from findings.bench import runner
+    from findings.bench.matrix import Sweep
+    from findings.bench.workload import Workload
+
+    s = _run(obj.settings)
+    opts = _run(runner.options, s, date=date, campaign_suffix=campaign_suffix, log_dir=log_dir,
+                api_key=api_key, progress=not no_progress)
+    if matrix is not None:
+        if url is not None:
+            raise click.UsageError("give either MATRIX or --url, not both")
+        report = _run(runner.bench_file, matrix, opts)
+    else:
+        missing = [n for n, v in (("--url", url), ("--config", config), ("--campaign", campaign),
+                                  ("--workload", workload)) if v is None]
+        if missing:
+            raise click.UsageError(f"attach mode needs {', '.join(missing)} (or give a MATRIX file)")
+        assert url and config and campaign and workload
+        kind = prompts or ("random-ids" if api == "native" else "diverse")
+        w = Workload(name=workload, kind=kind, input_len=input_len, output_len=output_len,
+                     num_prompts=num_prompts, seed=seed)
+        sweep = Sweep(api=api, transport=transport, concurrency=concurrency, repeats=repeats, warmup=warmup,
+                      read_timeout_s=read_timeout, flush_cache=not no_flush_cache)
+        report = _run(runner.bench_attach, url, config, campaign, w, sweep, opts)
+    click.echo(report.summary())
+    if report.interrupted:
+        sys.exit(130)
+    if report.problems:
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=30000, show_default=True,
+              help="Port to listen on (0: any free port, printed on start).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--profile", default="baseline", show_default=True,
+              help="Performance profile: baseline, eagle3-topk4-v1, eagle3-topk1-v2, firehose.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed (tokens, acceptance, faults).")
+@click.option("--speed", type=click.FloatRange(min=0.001), default=1.0, show_default=True,
+              help="Run the model this many times faster (ratios are preserved; absolute figures are not).")
+@click.option("--ground-truth", is_flag=True, help="Put the emulator's own timestamps in meta_info.")
+@click.option("--startup-delay", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds during which /health answers 503.")
+@click.option("--max-running", type=click.IntRange(min=1), default=None, help="Cap on running requests.")
+@click.option("--error-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Fraction of requests that fail (HTTP 500 or an error event).")
+@click.option("--drop-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Fraction of streams whose connection is dropped mid-stream.")
+@click.option("--stall-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Fraction of streams that stall mid-stream.")
+@click.option("--stall-s", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="How long a stalled stream stops sending.")
+@click.option("--die-after", type=click.IntRange(min=1), default=None,
+              help="Exit abruptly after this many completed requests.")
+def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_truth: bool,
+            startup_delay: float, max_running: int | None, error_rate: float, drop_rate: float,
+            stall_rate: float, stall_s: float, die_after: int | None) -> None:
+    """Serve SGLang's API from a calibrated emulator. Everything it produces is simulated."""
+    from findings.emulator import model as emodel
+    from findings.emulator import server as eserver
+
+    if profile not in emodel.PROFILES:
+        raise click.BadParameter(f"unknown profile {profile!r}; choose one of {', '.join(sorted(emodel.PROFILES))}",
+                                 param_hint="--profile")
+    faults = eserver.Faults(error_rate=error_rate, drop_rate=drop_rate, stall_rate=stall_rate, stall_s=stall_s,
+                            die_after=die_after)
+    eserver.serve(eserver.EmulatorOptions(host=host, port=port, profile=profile, seed=seed, speed=speed,
+                                          ground_truth=ground_truth, startup_delay_s=startup_delay,
+                                          max_running_requests=max_running, faults=faults))
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the stable JSON shape (docs/conclusions.md).")
 @click.pass_obj

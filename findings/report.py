@@ -113,12 +113,20 @@ def _environment(data: Dataset) -> Table:
     return Table(("Fact", "Value", "Campaigns"), tuple(rows), ("left", "left", "left"))
 
 
+#: Facts kept in the store but too long or too minor for the document's table.
+QUIET_FACTS = frozenset({
+    "launch", "launch_command", "attention_backend", "chunked_prefill_size", "cuda_graph_max_bs", "dp_size",
+    "ep_size", "pp_size", "mem_fraction_static", "enable_metrics", "served_model_name", "kv_cache_dtype",
+})
+
+
 def _configs(data: Dataset, rules: Rules) -> Table:
     names = sorted({p.config for p in data.points}, key=lambda n: (n != rules.baseline, n))
     rows = []
     for n in names:
         facts = data.configs.get(n, {})
-        text = "; ".join(f"{k}: {_scalar(v)}" for k, v in sorted(facts.items()) if _scalar(v) != "")
+        text = "; ".join(f"{k}: {_scalar(v)}" for k, v in sorted(facts.items())
+                         if _scalar(v) != "" and k not in QUIET_FACTS)
         rows.append((n, text or "(no facts recorded)"))
     return Table(("Config", "Facts"), tuple(rows), ("left", "left"))
 

@@ -21,26 +21,31 @@ SERVER_FACTS = (
     "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs", "mem_fraction_static",
     "disable_overlap_schedule", "speculative_algorithm", "speculative_draft_model_path",
     "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
-    "speculative_adaptive", "enable_metrics", "launch_command", "emulated", "emulator_profile",
+    "speculative_adaptive", "enable_metrics", "launch_command", "emulated", "emulator_profile", "emulator_speed",
 )
 
-_SECRET_FLAG = re.compile(
-    r"(--?[\w-]*(?:api[-_]?key|token|secret|password|auth)[\w-]*)([= ])(\S+)", re.IGNORECASE)
-_SECRET_ENV = re.compile(r"\b([A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|AUTH)[A-Z0-9_]*)=(\S+)")
+#: A flag or variable name holds a secret when one of its words (split on
+#: "-" and "_") is one of these; "--speculative-num-draft-tokens" is not.
+SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "auth",
+                          "credential", "credentials", "bearer"})
+_FLAG_VALUE = re.compile(r"(--?[A-Za-z][\w-]*)([= ])(?!-)(\S+)")
+_ENV_VALUE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(\S+)")
 _BEARER = re.compile(r"(Bearer\s+)\S+", re.IGNORECASE)
 REDACTED = "<redacted>"
 
 
-def redact(text: str) -> str:
-    """Mask values of key-like flags, KEY=value pairs and bearer tokens."""
-    text = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
-    text = _SECRET_ENV.sub(lambda m: f"{m.group(1)}={REDACTED}", text)
-    return _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
-
-
 def secret_name(name: str) -> bool:
-    """Does an environment variable's name look like it holds a secret?"""
-    return bool(re.search(r"KEY|TOKEN|SECRET|PASSWORD|AUTH", name, re.IGNORECASE))
+    """Does a flag or environment variable name look like it holds a secret?"""
+    words = re.split(r"[-_]+", name.strip("-").lower())
+    return any(w in SECRET_WORDS for w in words)
+
+
+def redact(text: str) -> str:
+    """Mask values of secret-looking flags, NAME=value pairs and bearer tokens."""
+    text = _FLAG_VALUE.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}" if secret_name(m.group(1)) else m.group(0), text)
+    text = _ENV_VALUE.sub(lambda m: f"{m.group(1)}={REDACTED}" if secret_name(m.group(1)) else m.group(0), text)
+    return _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
 
 
 class FactError(ValueError):

@@ -180,3 +180,14 @@ def test_matrix_errors(text, field):
     with pytest.raises(InputError) as exc:
         parse("m.toml", text)
     assert exc.value.field == field
+
+
+def test_redaction_of_secrets_but_not_of_token_counts():
+    from findings.serverinfo import redact, secret_name
+    line = ("python -m sglang.launch_server --enable-metrics --api-key sk-live-1 --speculative-num-draft-tokens 3 "
+            "--hf-token=hf_abc OPENAI_API_KEY=sk-2 MAX_TOKENS=5 -H 'Authorization: Bearer tok.en'")
+    out = redact(line)
+    for secret in ("sk-live-1", "hf_abc", "sk-2", "tok.en"):
+        assert secret not in out
+    assert "--speculative-num-draft-tokens 3" in out and "MAX_TOKENS=5" in out
+    assert secret_name("HF_TOKEN") and secret_name("--admin-api-key") and not secret_name("max_total_tokens")

@@ -1,0 +1,245 @@
+"""The runner against the emulator, end to end over real loopback sockets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, cli
+
+from findings import store as store_mod
+
+PY = sys.executable
+SPEED = "25"
+
+
+def start_emulator(*args: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([PY, "-m", "findings", "emulate", "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "listening on" in line, line
+    url = line.split("listening on ", 1)[1].split()[0]
+    return proc, url
+
+
+@pytest.fixture
+def emulator(request):
+    procs = []
+
+    def start(*args: str) -> str:
+        proc, url = start_emulator(*args)
+        procs.append(proc)
+        return url
+
+    yield start
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def runs(store: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((store / "runs").glob("*.json"))]
+
+
+def attach(store: Path, url: str, *extra: str, config: str = "baseline", campaign: str = "c1",
+           concurrency: str = "1,4"):
+    return cli("bench", "--url", url, "--config", config, "--campaign", campaign, "--workload", "w",
+               "--concurrency", concurrency, "--num-prompts", "8", "--input-len", "16", "--output-len", "12",
+               "--warmup", "1", "--no-progress", *extra, store=store)
+
+
+def test_attach_sweep_lands_in_store_as_simulated(emulator, store):
+    url = emulator("--profile", "eagle3-topk1-v2", "--speed", SPEED)
+    r = attach(store, url, config="eagle3-topk1-v2")
+    assert r.exit_code == 0, r.output
+    docs = runs(store)
+    assert len(docs) == 2
+    for doc in docs:
+        assert doc["source"] == "simulated"
+        assert doc["configs"]["eagle3-topk1-v2"]["speculative_algorithm"] == "EAGLE3"
+        assert doc["configs"]["eagle3-topk1-v2"]["emulated"] is True
+        assert doc["provenance"]["url"] == url
+        p = doc["points"][0]
+        m = p["metrics"]
+        assert m["completed"] == m["planned"] == 8 and m["failed"] == 0
+        assert m["output_throughput_tok_s"] > 0
+        assert m["total_output_tokens"] == 8 * 12
+        assert 1.0 < m["accept_length"] <= 3.0  # scoped to the point, from spec_verify_ct
+        assert "client_loop_lag_p99_ms" in m and "p99_ttft_ms" in m and "median_itl_ms" in m
+        req = p["requests"]
+        assert len(req["ttft_s"]) == 8 and all(n == 12 for n in req["output_len"])
+        assert all(ev[-1] == 12 for ev in req["event_tokens"])
+    assert sorted(d["points"][0]["concurrency"] for d in docs) == [1, 4]
+    # The analysis keeps it apart from real data.
+    out = json.loads(cli("conclusions", "--json", store=store).output)
+    assert list(out["workloads"]) == ["w (simulated)"]
+
+
+@pytest.mark.parametrize("api", ["openai-chat", "openai-completions"])
+def test_openai_apis(emulator, store, api):
+    url = emulator("--profile", "baseline", "--speed", SPEED)
+    r = attach(store, url, "--api", api, concurrency="2")
+    assert r.exit_code == 0, r.output
+    m = runs(store)[0]["points"][0]["metrics"]
+    assert m["completed"] == 8 and m["total_output_tokens"] == 96
+
+
+def test_httpx_transport(emulator, store):
+    url = emulator("--profile", "baseline", "--speed", SPEED)
+    r = attach(store, url, "--transport", "httpx", concurrency="3")
+    assert r.exit_code == 0, r.output
+    assert runs(store)[0]["points"][0]["metrics"]["completed"] == 8
+
+
+def test_errors_are_counted_by_type(emulator, store):
+    url = emulator("--profile", "baseline", "--speed", SPEED, "--error-rate", "0.5", "--seed", "3")
+    r = attach(store, url, concurrency="4")
+    assert r.exit_code == 0, r.output
+    m = runs(store)[0]["points"][0]["metrics"]
+    assert m["failed"] >= 1 and m["completed"] + m["failed"] == 8
+    counted = sum(v for k, v in m.items() if k.startswith("errors_"))
+    assert counted == m["failed"]
+
+
+def test_stall_is_a_read_timeout_not_a_hang(emulator, store):
+    url = emulator("--profile", "baseline", "--speed", SPEED, "--stall-rate", "0.3", "--stall-s", "30")
+    t = time.monotonic()
+    r = attach(store, url, "--read-timeout", "1", concurrency="4")
+    assert r.exit_code == 0, r.output
+    assert time.monotonic() - t < 25
+    m = runs(store)[0]["points"][0]["metrics"]
+    assert m.get("errors_timeout", 0) >= 1
+
+
+def test_simulated_results_never_enter_the_real_store(emulator, project):
+    url = emulator("--profile", "baseline", "--speed", SPEED)
+    r = cli("--settings", str(project / "findings.toml"), "bench", "--url", url, "--config", "baseline",
+            "--campaign", "c", "--workload", "w", "--concurrency", "1", "--num-prompts", "2", "--no-progress")
+    assert r.exit_code == 1
+    assert "never go into the real store" in r.output
+    assert not (project / "benchmarks" / "results" / "runs").exists()
+
+
+def test_unreachable_server_is_one_clear_error(store):
+    r = attach(store, "http://127.0.0.1:9")
+    assert r.exit_code == 1 and "no server answers at http://127.0.0.1:9" in r.output
+
+
+MATRIX = """
+[defaults]
+api = "native"
+concurrency = [1, 30, 100]
+warmup = 2
+health_timeout_s = 30
+[workloads.diverse-prompts]
+prompts = "diverse"
+input_len = 64
+output_len = 48
+num_prompts = 8
+prompts_per_concurrency = 1
+[configs.baseline]
+launch = "{python} -m findings emulate --port {port} --profile baseline --speed SPEED"
+env = { HF_TOKEN = "hf_secret_value", FINDINGS_TEST_VAR = "visible" }
+[configs.eagle3-topk4-v1]
+launch = "{python} -m findings emulate --port {port} --profile eagle3-topk4-v1 --speed SPEED"
+[configs.eagle3-topk1-v2]
+launch = "{python} -m findings emulate --port {port} --profile eagle3-topk1-v2 --speed SPEED"
+[[campaigns]]
+name = "parallel-sweep"
+configs = ["baseline", "eagle3-topk4-v1"]
+[[campaigns]]
+name = "overlap-topk1"
+configs = ["baseline", "eagle3-topk1-v2", "eagle3-topk4-v1"]
+"""
+
+
+def test_matrix_launch_mode_reproduces_the_seed_policies(tmp_path, store):
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(MATRIX.replace("SPEED", "8"))
+    r = cli("bench", str(matrix), "--no-progress", "--log-dir", str(tmp_path / "logs"), store=store)
+    assert r.exit_code == 0, r.output
+    docs = runs(store)
+    assert len(docs) == 2 * 3 + 3 * 3
+    assert all(d["provenance"]["server_log"].startswith(str(tmp_path / "logs")) for d in docs)
+    base = [d for d in docs if d["points"][0]["config"] == "baseline"]
+    assert base[0]["provenance"]["env.HF_TOKEN"] == "<redacted>"
+    assert base[0]["provenance"]["env.FINDINGS_TEST_VAR"] == "visible"
+    assert not any("hf_secret_value" in p.read_text() for p in (store / "runs").glob("*.json"))
+    out = json.loads(cli("conclusions", "--json", store=store).output)
+    w = out["workloads"]["diverse-prompts (simulated)"]
+    assert w["candidates"]["eagle3-topk4-v1"]["policy"] == "off"
+    topk1 = w["candidates"]["eagle3-topk1-v2"]
+    assert topk1["verdicts"]["1"] == "loss", topk1
+    assert topk1["verdicts"]["30"] in ("win", "tie") and topk1["verdicts"]["100"] in ("win", "tie"), topk1
+    assert [h["campaign"] for h in out["history"]] == ["parallel-sweep", "overlap-topk1"]
+
+
+def test_server_failing_to_start_quotes_its_log(tmp_path, store):
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(MATRIX.replace("--profile baseline", "--profile no-such-profile").replace("SPEED", "8"))
+    r = cli("bench", str(matrix), "--no-progress", "--log-dir", str(tmp_path / "logs"), store=store)
+    assert r.exit_code == 1
+    assert "config baseline: the server exited with code" in r.output
+    assert "no-such-profile" in r.output  # the log's tail is quoted
+
+
+def test_health_timeout(tmp_path, store):
+    matrix = tmp_path / "m.toml"
+    text = MATRIX.replace("SPEED", "8").replace("health_timeout_s = 30", "health_timeout_s = 1.5")
+    matrix.write_text(text.replace("--profile baseline", "--profile baseline --startup-delay 20"))
+    t = time.monotonic()
+    r = cli("bench", str(matrix), "--no-progress", "--log-dir", str(tmp_path / "logs"), store=store)
+    assert r.exit_code == 1 and "/health did not answer 200 within 1.5 s" in r.output
+    assert time.monotonic() - t < 20
+
+
+def test_server_dying_mid_sweep(tmp_path, store):
+    matrix = tmp_path / "m.toml"
+    text = MATRIX.replace("SPEED", "8").replace("--profile baseline", "--profile baseline --die-after 20")
+    matrix.write_text(text.split('[[campaigns]]\nname = "overlap-topk1"')[0])  # one campaign is enough
+    t = time.monotonic()
+    r = cli("bench", str(matrix), "--no-progress", "--log-dir", str(tmp_path / "logs"), store=store)
+    assert time.monotonic() - t < 60
+    assert r.exit_code == 1
+    assert "config baseline: the server died mid-sweep" in r.output
+    docs = [d for d in runs(store) if d["points"][0]["config"] == "baseline"]
+    assert docs, "the points measured before the death are stored"
+    failed = sum(d["points"][0]["metrics"]["failed"] for d in docs)
+    assert failed >= 1
+    store_mod.load(store)  # the store is intact and readable
+
+
+def test_ctrl_c_keeps_finished_points(tmp_path, store):
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(MATRIX.replace("SPEED", "2"))
+    proc = subprocess.Popen([str(Path(PY).parent / "findings"), "--store", str(store), "bench", str(matrix),
+                             "--no-progress", "--log-dir", str(tmp_path / "logs")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list((store / "runs").glob("*.json"))) < 2:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: kept" in out
+    kept = list((store / "runs").glob("*.json"))
+    assert len(kept) >= 2
+    assert not list((store / "runs").glob(".tmp-*"))
+    store_mod.load(store)
+    # no emulator left running
+    time.sleep(0.5)
+    ps = subprocess.run(["pgrep", "-f", f"findings emulate --port"], capture_output=True, text=True)
+    mine = [pid for pid in ps.stdout.split() if int(pid) != os.getpid()]
+    for pid in mine:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        assert "--speed 2" not in cmd, f"emulator left running: {cmd}"

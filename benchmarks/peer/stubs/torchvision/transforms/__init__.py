@@ -1,0 +1,5 @@
+from torchvision._standin import InterpolationMode, module_getattr  # noqa: F401
+
+from torchvision.transforms import functional, v2  # noqa: E402,F401
+
+__getattr__ = module_getattr("torchvision.transforms")

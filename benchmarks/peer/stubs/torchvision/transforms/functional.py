@@ -1,0 +1,3 @@
+from torchvision._standin import InterpolationMode, module_getattr  # noqa: F401
+
+__getattr__ = module_getattr("torchvision.transforms.functional")

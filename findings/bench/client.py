@@ -68,6 +68,7 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
                     on_done: Callable[[RequestRecord], None] | None = None) -> PointOutcome:
     if plan.warmup:
         await _closed_loop(transport, plan, plan.warmup, "w", None)
+    await transport.prewarm(plan.concurrency)
     samples: list[float] = []
     stop = asyncio.Event()
     monitor = asyncio.create_task(_lag_monitor(samples, stop))

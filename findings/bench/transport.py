@@ -24,12 +24,20 @@ from findings.bench.protocol import Parser, Request
 from findings.bench.records import RequestRecord
 
 TRANSPORTS = ("aiohttp", "httpx")
+#: A cheap GET that every SGLang, vLLM and llama.cpp server answers (unlike
+#: SGLang's /health, which runs a one-token generate).
+PREWARM_PATH = "/v1/models"
 
 
 class StreamTransport(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+    async def prewarm(self, connections: int) -> None:
+        """Open ``connections`` keep-alive connections before a point, so that
+        no request of the point pays for a TCP handshake."""
+        ...
 
     async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
         """Send one streaming request; fill ``rec`` through ``parser``. Never raises
@@ -90,6 +98,19 @@ class AiohttpTransport:
         if self.session is not None:
             await self.session.close()
 
+    async def prewarm(self, connections: int) -> None:
+        assert self.session is not None
+        session = self.session
+
+        async def one() -> None:
+            try:
+                async with session.get(self.base_url + PREWARM_PATH) as resp:
+                    await resp.read()
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                pass
+
+        await asyncio.gather(*(one() for _ in range(connections)))
+
     async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
         assert self.session is not None
         body = orjson.dumps(req.body)
@@ -144,6 +165,18 @@ class HttpxTransport:
     async def close(self) -> None:
         if self.client is not None:
             await self.client.aclose()
+
+    async def prewarm(self, connections: int) -> None:
+        assert self.client is not None
+        client = self.client
+
+        async def one() -> None:
+            try:
+                await client.get(PREWARM_PATH)
+            except httpx.HTTPError:
+                pass
+
+        await asyncio.gather(*(one() for _ in range(connections)))
 
     async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
         assert self.client is not None

@@ -36,8 +36,11 @@ class Settings:
     title: str
     rules: Rules
     #: The store findings.toml names (or the default), before $FINDINGS_STORE
-    #: and --store: the project's real store, where simulated data never goes.
+    #: and --store.
     home_store: Path
+    #: True when that store is for simulated (emulator) results only; else it
+    #: is a real store, where simulated results never go.
+    simulated_store: bool = False
 
     def with_overrides(self, *, store: str | None = None, baseline: str | None = None,
                        noise_floor: float | None = None) -> "Settings":
@@ -86,22 +89,25 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
     table = doc.get("findings", {})
     if not isinstance(table, dict):
         raise SettingsError(f"{path}: [findings] must be a table")
-    known = {"store", "document", "templates", "template", "title", "baseline", "noise_floor"}
+    known = {"store", "document", "templates", "template", "title", "baseline", "noise_floor", "simulated"}
     for key in table:
         if key not in known:
             raise SettingsError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
-    for key in known - {"noise_floor"}:
+    if not isinstance(table.get("simulated", False), bool):
+        raise SettingsError(f"{path}: setting 'simulated' must be true or false")
+    for key in known - {"noise_floor", "simulated"}:
         if key in table and not isinstance(table[key], str):
             raise SettingsError(f"{path}: setting {key!r} must be a string")
 
     def rel(value: str) -> Path:
         p = Path(value)
-        return p if p.is_absolute() else root / p
+        return p if p.is_absolute() else Path(os.path.normpath(root / p))
 
     store = os.environ.get("FINDINGS_STORE") or None
     home = rel(table.get("store", DEFAULT_STORE))
     return Settings(
         home_store=home,
+        simulated_store=table.get("simulated", False),
         root=root,
         store=Path(store) if store else home,
         document=rel(table.get("document", DEFAULT_DOCUMENT)),

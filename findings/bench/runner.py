@@ -38,9 +38,10 @@ IMPORTER_VERSION = "1"
 @dataclass(frozen=True)
 class BenchOptions:
     store: Path
-    real_store: Path | None  # the project's real store: simulated points never go there
+    home_store: Path | None  # the store the settings file names
     log_dir: Path
     date: str
+    home_simulated: bool = False  # whether that store is for simulated results only
     campaign_suffix: str = ""
     api_key: str | None = None
     progress: bool = True
@@ -303,11 +304,17 @@ def _campaign(name: str, opts: BenchOptions, index: int, stamp: int) -> Campaign
 
 
 def _check_store(target: _Target, opts: BenchOptions) -> None:
-    if target.simulated and opts.real_store is not None \
-            and opts.store.resolve() == opts.real_store.resolve():
+    """Simulated and real results never share the settings' own store."""
+    if opts.home_store is None or opts.store.resolve() != opts.home_store.resolve():
+        return
+    if target.simulated and not opts.home_simulated:
         raise FindingsError(
             f"config {target.spec.name}: the server is the findings emulator, and simulated results never "
             f"go into the real store {opts.store}; pass --store (e.g. benchmarks/results-emulated)")
+    if not target.simulated and opts.home_simulated:
+        raise FindingsError(
+            f"config {target.spec.name}: {opts.store} is a store for simulated results only, and this server "
+            f"is not the emulator; use the real store")
 
 
 def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] | None = None) -> BenchReport:
@@ -363,7 +370,8 @@ def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_d
     day = date or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     if not valid_date(day):
         raise FindingsError(f"--date: expected YYYY-MM-DD, got {day!r}")
-    return BenchOptions(store=settings.store, real_store=settings.home_store,
+    return BenchOptions(store=settings.store, home_store=settings.home_store,
+                        home_simulated=settings.simulated_store,
                         log_dir=Path(log_dir) if log_dir else settings.root / "build" / "logs",
                         date=day, campaign_suffix=campaign_suffix, api_key=api_key, progress=progress,
                         root=settings.root)

@@ -212,9 +212,9 @@ def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_
                                  param_hint="--profile")
     faults = eserver.Faults(error_rate=error_rate, drop_rate=drop_rate, stall_rate=stall_rate, stall_s=stall_s,
                             die_after=die_after)
-    eserver.serve(eserver.EmulatorOptions(host=host, port=port, profile=profile, seed=seed, speed=speed,
-                                          ground_truth=ground_truth, startup_delay_s=startup_delay,
-                                          max_running_requests=max_running, faults=faults))
+    _run(eserver.serve, eserver.EmulatorOptions(host=host, port=port, profile=profile, seed=seed, speed=speed,
+                                                ground_truth=ground_truth, startup_delay_s=startup_delay,
+                                                max_running_requests=max_running, faults=faults))
 
 
 @main.command()

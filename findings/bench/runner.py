@@ -173,6 +173,9 @@ def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
         print(f"warning: ignoring server_info.{exc.key}: {exc}", file=sys.stderr)
     model = (models[0] if models else None) or str(model_info.get("model_path") or info.get("model_path") or "default")
     facts.setdefault("model_path", str(model_info.get("model_path") or model))
+    archs = model_info.get("architectures")
+    if isinstance(archs, list) and archs:
+        facts["model_architectures"] = " ".join(str(a) for a in archs)
     for k, v in spec.facts.items():
         facts[k] = serverinfo.redact(v) if isinstance(v, str) else v
     if server is not None:

@@ -17,12 +17,14 @@ document's methodology section (templates/partials/methodology.md.j2):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 import pandas as pd
 
 from findings.model import THROUGHPUT, Dataset
+from findings.stats import ratio_ci, window_series
+from findings.validity import Gates, flagged
 
 WIN, TIE, LOSS = "win", "tie", "loss"
 POLICIES = ("always-on", "off", "no-difference", "on-below", "on-above", "inconclusive")
@@ -33,6 +35,10 @@ SIMULATED_SUFFIX = " (simulated)"
 class Rules:
     baseline: str = "baseline"
     noise_floor: float = 0.04
+    #: Confidence level of the bootstrap intervals, and how many resamples.
+    confidence: float = 0.95
+    resamples: int = 2000
+    gates: Gates = field(default_factory=Gates)
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,8 @@ class Cell:
     hi: float
     n: int
     point_ids: tuple[str, ...]
+    values: tuple[float, ...] = ()  # the repeats' throughputs
+    series: tuple[float, ...] = ()  # one run's windowed throughput (stats.window_series), n == 1 only
 
     @property
     def spread(self) -> float:
@@ -65,6 +73,9 @@ class Comparison:
     band: float
     paired: bool
     drift: float
+    #: Bootstrap interval of the ratio, when repeats or per-request records allow one.
+    ci: tuple[float, float] | None = None
+    method: str = "band"  # "band" | "bootstrap-repeats" | "bootstrap-blocks"
 
     @property
     def delta(self) -> float:
@@ -72,9 +83,10 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        if self.delta > self.band:
+        """Beyond the band, and (with an interval) the interval excludes 1."""
+        if self.delta > self.band and (self.ci is None or self.ci[0] > 1.0):
             return WIN
-        if self.delta < -self.band:
+        if self.delta < -self.band and (self.ci is None or self.ci[1] < 1.0):
             return LOSS
         return TIE
 
@@ -153,8 +165,10 @@ def analysis_workload(workload: str, simulated: bool) -> str:
     return workload + SIMULATED_SUFFIX if simulated else workload
 
 
-def frame(data: Dataset) -> pd.DataFrame:
+def frame(data: Dataset, rules: Rules | None = None) -> pd.DataFrame:
+    """One row per point that passes the validity gates."""
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    skip = flagged(data, rules.gates) if rules is not None else {}
     rows = [
         {
             "workload": analysis_workload(p.workload, p.simulated),
@@ -166,13 +180,16 @@ def frame(data: Dataset) -> pd.DataFrame:
             "point_id": p.id,
         }
         for p in data.points
+        if p.id not in skip
     ]
     columns = ["workload", "campaign", "rank", "config", "concurrency", "throughput", "point_id"]
     return pd.DataFrame(rows, columns=columns)
 
 
-def cells(data: Dataset) -> list[Cell]:
-    df = frame(data)
+def cells(data: Dataset, rules: Rules | None = None) -> list[Cell]:
+    """Cells of the valid points (all points when no rules are given)."""
+    df = frame(data, rules)
+    by_id = {p.id: p for p in data.points}
     if df.empty:
         return []
     keys = ["workload", "campaign", "rank", "config", "concurrency"]
@@ -198,6 +215,8 @@ def cells(data: Dataset) -> list[Cell]:
                 hi=float(row["hi"]),
                 n=int(row["n"]),
                 point_ids=tuple(str(x) for x in row["point_ids"]),
+                values=tuple(by_id[str(x)].throughput for x in row["point_ids"]),
+                series=window_series(by_id[str(row["point_ids"][0])].requests) if int(row["n"]) == 1 else (),
             )
         )
     return out
@@ -239,9 +258,21 @@ class Table:
         drift = max(self.drift.get(a.concurrency, 0.0), self.drift.get(b.concurrency, 0.0))
         band = max(floor, a.spread, b.spread, drift)
         paired = a.campaign == b.campaign
+        ci, method = None, "band"
+        if a.n >= 2 and b.n >= 2:
+            ci, method = self._ci(a.values, b.values, a, b), "bootstrap-repeats"
+            band = max(floor, drift)  # the interval, not the range, carries the repeat noise
+        elif a.series and b.series:
+            ci, method = self._ci(a.series, b.series, a, b), "bootstrap-blocks"
         if not paired:
             band += max(floor, drift)
-        return Comparison(a=a, b=b, ratio=a.mean / b.mean, band=band, paired=paired, drift=drift)
+        return Comparison(a=a, b=b, ratio=a.mean / b.mean, band=band, paired=paired, drift=drift,
+                          ci=ci, method=method)
+
+    def _ci(self, a: tuple[float, ...], b: tuple[float, ...], ca: Cell, cb: Cell) -> tuple[float, float] | None:
+        lo, hi = ratio_ci(a, b, self.rules.confidence, self.rules.resamples,
+                          "|".join(ca.point_ids + cb.point_ids))
+        return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
     def compare(self, a: str, b: str, conc: int) -> Comparison | None:
         """``a`` against ``b`` at one C: paired in their latest common campaign if any."""
@@ -359,7 +390,7 @@ def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> Worklo
 
 def conclude(data: Dataset, rules: Rules) -> Conclusions:
     by_workload: dict[str, list[Cell]] = {}
-    for cell in cells(data):
+    for cell in cells(data, rules):
         by_workload.setdefault(cell.workload, []).append(cell)
     return Conclusions(
         rules=rules,
@@ -374,7 +405,7 @@ def campaign_comparisons(data: Dataset, rules: Rules) -> Mapping[tuple[str, str]
     so an old campaign's table shows its numbers judged by today's noise
     estimate.
     """
-    all_cells = cells(data)
+    all_cells = cells(data, rules)
     tables: dict[str, Table] = {}
     for w in sorted({c.workload for c in all_cells}):
         tables[w] = Table([c for c in all_cells if c.workload == w], rules)

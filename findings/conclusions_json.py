@@ -42,7 +42,8 @@ def _cross(cross: tuple[Comparison, ...]) -> dict[str, dict[str, float]]:
     return out
 
 
-def to_json(conclusions: Conclusions, history: list[Entry]) -> dict[str, Any]:
+def to_json(conclusions: Conclusions, history: list[Entry],
+            flagged: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
     workloads: dict[str, Any] = {}
     for wc in conclusions.workloads:
         workloads[wc.workload] = {
@@ -57,6 +58,8 @@ def to_json(conclusions: Conclusions, history: list[Entry]) -> dict[str, Any]:
                     "bands": {str(x.concurrency): _r(x.band) for x in c.comparisons},
                     "campaigns": {str(x.concurrency): x.a.campaign for x in c.comparisons},
                     "cross_ratios": _cross(c.cross),
+                    "intervals": {str(x.concurrency): [_r(x.ci[0]), _r(x.ci[1])]
+                                  for x in c.comparisons if x.ci is not None},
                 }
                 for c in wc.candidates
             },
@@ -66,6 +69,8 @@ def to_json(conclusions: Conclusions, history: list[Entry]) -> dict[str, Any]:
         "shape": SHAPE_VERSION,
         "baseline": conclusions.rules.baseline,
         "noise_floor": conclusions.rules.noise_floor,
+        "confidence": conclusions.rules.confidence,
+        "flagged": {k: list(v) for k, v in sorted((flagged or {}).items())},
         "workloads": workloads,
         "history": [
             {

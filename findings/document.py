@@ -15,6 +15,7 @@ from findings.errors import FindingsError
 from findings.history import replay
 from findings.prose import latency, policy, throughput
 from findings.settings import Settings
+from findings.validity import flagged
 
 
 def _label(settings: Settings) -> str:
@@ -28,7 +29,7 @@ def render_text(settings: Settings) -> str:
     data = store.load(settings.store)
     if not data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
-    doc = report.build(data, settings.rules, settings.title, _label(settings))
+    doc = report.build(data, settings.rules, settings.title, _label(settings), settings.slo)
     return render.render(settings.templates, settings.template, doc)
 
 
@@ -63,7 +64,7 @@ def render_document(settings: Settings, output: str | None = None, check: bool =
 
 def conclusions(settings: Settings) -> dict[str, Any]:
     data = store.load(settings.store)
-    return to_json(conclude(data, settings.rules), replay(data, settings.rules))
+    return to_json(conclude(data, settings.rules), replay(data, settings.rules), flagged(data, settings.rules.gates))
 
 
 def conclusions_json(settings: Settings) -> str:

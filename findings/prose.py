@@ -111,9 +111,17 @@ def policy(cand: Candidate) -> str:
     return f"{name}: {label}: {rule}." + (f" Evidence: it {evidence}." if evidence else "")
 
 
+def interval(comp: Comparison) -> str:
+    """The band, or the bootstrap interval of the ratio when there is one."""
+    if comp.ci is None:
+        return fmt.band(comp.band)
+    lo, hi = comp.ci
+    return f"CI {fmt.pct(lo - 1)}…{fmt.pct(hi - 1)}, band {fmt.band(comp.band)}"
+
+
 def verdict_cell(comp: Comparison) -> str:
     mark = "" if comp.paired else ", unpaired"
-    return f"{fmt.pct(comp.delta)} {fmt.band(comp.band)} {comp.verdict}{mark}"
+    return f"{fmt.pct(comp.delta)} ({interval(comp)}) {comp.verdict}{mark}"
 
 
 def best_summary(b: Best | None) -> str:

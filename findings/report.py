@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from findings import fmt, prose
-from findings.analysis import Comparison, Conclusions, Rules, analysis_workload, campaign_comparisons, cells, conclude
+from findings import fmt, prose, views
+from findings.analysis import (Cell, Comparison, Conclusions, Rules, analysis_workload, campaign_comparisons,
+                               cells, conclude)
 from findings.history import Entry, replay
 from findings.model import Dataset, Point, Scalar
+from findings.validity import flagged
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,26 @@ def _scalar(v: Scalar) -> str:
     return "" if v is None else str(v)
 
 
-def _verdict_table(conclusions: Conclusions, workload: str) -> Table | None:
+class Labels:
+    """Short, stable labels P1, P2, ... for points, in document order, so that
+    every number can be traced to the appendix and from there to the store."""
+
+    def __init__(self, data: Dataset, rules: Rules) -> None:
+        rank = {c.name: i for i, c in enumerate(data.campaigns)}
+        ordered = sorted(data.points, key=lambda p: (rank[p.campaign], analysis_workload(p.workload, p.simulated),
+                                                      p.config != rules.baseline, p.config, p.concurrency, p.id))
+        self.points = ordered
+        self.of = {p.id: f"P{i}" for i, p in enumerate(ordered, start=1)}
+
+    def cell(self, ids: tuple[str, ...]) -> str:
+        labels = [self.of[i] for i in ids]
+        nums = sorted(int(x[1:]) for x in labels)
+        if len(nums) > 2 and nums[-1] - nums[0] == len(nums) - 1:
+            return f"P{nums[0]}–P{nums[-1]}"
+        return ", ".join(f"P{n}" for n in nums)
+
+
+def _verdict_table(conclusions: Conclusions, workload: str, labels: Labels) -> Table | None:
     wc = conclusions.workload(workload)
     if wc is None or not wc.candidates:
         return None
@@ -51,36 +72,129 @@ def _verdict_table(conclusions: Conclusions, workload: str) -> Table | None:
         row = [str(conc)]
         for cand in wc.candidates:
             comp = next((c for c in cand.comparisons if c.concurrency == conc), None)
-            row.append(f"{prose.verdict_cell(comp)} ({comp.a.campaign})" if comp else "—")
+            row.append(f"{prose.verdict_cell(comp)} ({comp.a.campaign}: {labels.cell(comp.a.point_ids)} vs "
+                       f"{labels.cell(comp.b.point_ids)})" if comp else "—")
         rows.append(tuple(row))
     return Table(headers, tuple(rows), ("right",) + ("left",) * len(wc.candidates))
 
 
-def _campaign_table(data: Dataset, rules: Rules, campaign: str, workload: str,
-                    comps: list[Comparison]) -> Table:
-    mine = [c for c in cells(data) if c.campaign == campaign and c.workload == workload]
-    configs = sorted({c.config for c in mine}, key=lambda n: (n != rules.baseline, n))
-    concs = sorted({c.concurrency for c in mine})
-    by = {(c.config, c.concurrency): c for c in mine}
+def _campaign_table(data: Dataset, rules: Rules, campaign: str, workload: str, comps: list[Comparison],
+                    valid: list[Cell], flags: dict[str, tuple[str, ...]], labels: Labels) -> Table:
+    pts = [p for p in data.points
+           if p.campaign == campaign and analysis_workload(p.workload, p.simulated) == workload]
+    configs = sorted({p.config for p in pts}, key=lambda n: (n != rules.baseline, n))
+    concs = sorted({p.concurrency for p in pts})
+    by = {(c.config, c.concurrency): c for c in valid if c.campaign == campaign and c.workload == workload}
     cands = [n for n in configs if n != rules.baseline and any(x.a.config == n for x in comps)]
     by_comp = {(x.a.config, x.concurrency): x for x in comps}
-    headers = ("C",) + tuple(f"{n} tok/s" for n in configs) + tuple(f"{n} vs {rules.baseline}" for n in cands)
+    headers = (("C",) + tuple(f"{n} tok/s" for n in configs) + tuple(f"{n} vs {rules.baseline}" for n in cands)
+               + ("points",))
     rows = []
     for conc in concs:
         row = [str(conc)]
+        ids: list[str] = []
         for n in configs:
             cell = by.get((n, conc))
+            bad = [p for p in pts if p.config == n and p.concurrency == conc and p.id in flags]
+            mark = f" ⚠ {len(bad)} flagged" if bad else ""
+            ids.extend(p.id for p in pts if p.config == n and p.concurrency == conc)
             if cell is None:
-                row.append("—")
+                row.append(f"—{mark}")
             elif cell.n > 1:
-                row.append(f"{fmt.tput(cell.mean)} (n={cell.n}, range {cell.spread * 100:.1f}%)")
+                row.append(f"{fmt.tput(cell.mean)} (n={cell.n}, range {cell.spread * 100:.1f}%){mark}")
             else:
-                row.append(fmt.tput(cell.mean))
+                row.append(f"{fmt.tput(cell.mean)}{mark}")
         for n in cands:
             comp = by_comp.get((n, conc))
             row.append(prose.verdict_cell(comp) if comp else "—")
+        row.append(labels.cell(tuple(ids)))
         rows.append(tuple(row))
-    return Table(headers, tuple(rows), ("right",) + ("right",) * len(configs) + ("left",) * len(cands))
+    return Table(headers, tuple(rows),
+                 ("right",) + ("right",) * len(configs) + ("left",) * len(cands) + ("left",))
+
+
+def _latency_table(vs: list[views.CellView], rules: Rules, spec: set[str], labels: Labels) -> Table | None:
+    if not views.has_latency(vs):
+        return None
+    front = views.pareto(vs)
+
+    def ms(v: views.CellView, key: str) -> str:
+        x = v.get(key)
+        return "—" if x is None else f"{x:.1f}"
+
+    rows = []
+    for v in sorted(vs, key=lambda v: (v.concurrency, v.config != rules.baseline, v.config)):
+        acc = v.get("accept_length")
+        rows.append((str(v.concurrency), v.config, fmt.tput(v.throughput),
+                     "—" if v.per_user is None else fmt.tput(v.per_user),
+                     f"{ms(v, 'median_ttft_ms')} / {ms(v, 'p99_ttft_ms')}",
+                     f"{ms(v, 'median_tpot_ms')} / {ms(v, 'p99_tpot_ms')}",
+                     f"{acc:.2f}" if acc is not None else ("—" if v.config in spec else ""),
+                     "yes" if (v.config, v.concurrency) in front else "",
+                     labels.cell(v.point_ids)))
+    return Table(("C", "config", "tok/s", "tok/s per user", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
+                  "accept length", "Pareto", "points"), tuple(rows),
+                 ("right", "left", "right", "right", "right", "right", "right", "left", "left"))
+
+
+def _chart(campaign: str, workload: str, valid: list[Cell], rules: Rules) -> dict[str, Any] | None:
+    mine = [c for c in valid if c.campaign == campaign and c.workload == workload]
+    xs = sorted({c.concurrency for c in mine})
+    if len(xs) < 2:
+        return None
+    by = {(c.config, c.concurrency): c.mean for c in mine}
+    configs = sorted({c.config for c in mine}, key=lambda n: (n != rules.baseline, n))
+    plotted = [n for n in configs if all((n, x) in by for x in xs)]
+    if not plotted:
+        return None
+    series = [(n, [by[(n, x)] for x in xs]) for n in plotted]
+    return {
+        "block": views.mermaid_xychart(f"{campaign}: {workload}, output tok/s by concurrency", xs, series),
+        "legend": plotted,
+        "left_out": [n for n in configs if n not in plotted],
+    }
+
+
+def _goodput(wc_cells: list[Cell], points: dict[str, Point], slo: views.Slo) -> list[str]:
+    """Per config: the best throughput meeting the SLO, from its latest cell at each C."""
+    latest: dict[tuple[str, int], Cell] = {}
+    for c in wc_cells:
+        key = (c.config, c.concurrency)
+        if key not in latest or c.rank > latest[key].rank:
+            latest[key] = c
+    vs = views.cell_views(latest.values(), points)
+    out = []
+    for g in views.goodput(vs, slo):
+        if g.unknown:
+            out.append(f"{fmt.code(g.config)}: no latency percentiles were measured, so the SLO cannot be judged.")
+        elif g.best is None:
+            out.append(f"{fmt.code(g.config)}: meets the SLO at no measured concurrency.")
+        else:
+            out.append(f"{fmt.code(g.config)}: best {fmt.tput(g.best.throughput)} tok/s within the SLO "
+                       f"(C={g.best.concurrency}, campaign {fmt.code(g.best.campaign)}); largest C within the "
+                       f"SLO: {g.largest_c}.")
+    return out
+
+
+def _slo_line(wc_cells: list[Cell], points: dict[str, Point], slo: views.Slo) -> str | None:
+    latest: dict[tuple[str, int], Cell] = {}
+    for c in wc_cells:
+        key = (c.config, c.concurrency)
+        if key not in latest or c.rank > latest[key].rank:
+            latest[key] = c
+    vs = views.cell_views(latest.values(), points)
+    known = [g for g in views.goodput(vs, slo) if g.best is not None]
+    if not known:
+        return None
+    ranked = sorted(known, key=lambda g: -(g.best.throughput if g.best else 0))
+    top = ranked[0]
+    assert top.best is not None
+    text = (f"under the SLO ({slo.describe()}), {fmt.code(top.config)} delivers the most: "
+            f"{fmt.tput(top.best.throughput)} tok/s at C={top.best.concurrency}")
+    if len(ranked) > 1 and ranked[1].best is not None:
+        text += (f", against {fmt.tput(ranked[1].best.throughput)} tok/s for {fmt.code(ranked[1].config)} "
+                 f"(C={ranked[1].best.concurrency})")
+    return text + "."
 
 
 def _sources(points: list[Point], data: Dataset) -> list[str]:
@@ -142,21 +256,48 @@ def _history(entries: list[Entry]) -> tuple[list[dict[str, Any]], list[str]]:
     return changed, unchanged
 
 
-def build(data: Dataset, rules: Rules, title: str, store_label: str) -> dict[str, Any]:
+def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset) -> Table:
+    runs = {r.run_id: r for r in data.runs}
+    rows = []
+    for p in labels.points:
+        run = runs.get(p.run_id)
+        src = (run.source_file if run and run.source_file else p.source)
+        where = f"{src}:{p.source_line}" if p.source_line is not None else str(src)
+        rows.append((labels.of[p.id], p.id, p.campaign, analysis_workload(p.workload, p.simulated), p.config,
+                     str(p.concurrency), fmt.tput(p.throughput), where, "; ".join(flags.get(p.id, ()))))
+    return Table(("label", "point id", "campaign", "workload", "config", "C", "tok/s", "source", "flagged"),
+                 tuple(rows), ("left", "left", "left", "left", "left", "right", "right", "left", "left"))
+
+
+def build(data: Dataset, rules: Rules, title: str, store_label: str,
+          slo: views.Slo = views.Slo()) -> dict[str, Any]:
     conclusions = conclude(data, rules)
     entries = replay(data, rules)
     comps = campaign_comparisons(data, rules)
+    flags = flagged(data, rules.gates)
+    labels = Labels(data, rules)
+    valid = cells(data, rules)
+    points = {p.id: p for p in data.points}
+    spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
+            not in ("none", "", "null")}
     workloads = []
     for wc in conclusions.workloads:
+        wcells = [c for c in valid if c.workload == wc.workload]
+        left_out = [f"{labels.of[p.id]} ({p.config}, C={p.concurrency}, campaign {p.campaign}): "
+                    f"{'; '.join(flags[p.id])}"
+                    for p in labels.points if p.id in flags and analysis_workload(p.workload, p.simulated) == wc.workload]
         workloads.append({
             "name": wc.workload,
             "simulated": wc.simulated,
             "baseline_measured": wc.baseline_measured,
             "latency": prose.latency(wc),
             "throughput": prose.throughput(wc),
+            "slo": _slo_line(wcells, points, slo) if slo.set else None,
+            "goodput": _goodput(wcells, points, slo) if slo.set else [],
             "policies": [prose.policy(c) for c in wc.candidates],
             "cross_checks": [x for c in wc.candidates if (x := prose.cross_check(c))],
-            "verdicts": _verdict_table(conclusions, wc.workload),
+            "verdicts": _verdict_table(conclusions, wc.workload, labels),
+            "left_out": left_out,
         })
     campaigns = []
     for c in data.campaigns:
@@ -166,10 +307,15 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str) -> dict[str
         for w in wnames:
             wpts = [p for p in pts if analysis_workload(p.workload, p.simulated) == w]
             notes = sorted({f"{p.config} at C={p.concurrency}: {p.note}" for p in wpts if p.note})
+            mine = [x for x in valid if x.campaign == c.name and x.workload == w]
             sections.append({
                 "name": w,
-                "table": _campaign_table(data, rules, c.name, w, comps.get((c.name, w), [])),
+                "table": _campaign_table(data, rules, c.name, w, comps.get((c.name, w), []), valid, flags, labels),
                 "notes": notes,
+                "flagged": [f"{labels.of[p.id]} ({p.config}, C={p.concurrency}): {'; '.join(flags[p.id])}"
+                            for p in sorted(wpts, key=lambda p: labels.of[p.id]) if p.id in flags],
+                "chart": _chart(c.name, w, valid, rules),
+                "latency": _latency_table(views.cell_views(mine, points), rules, spec, labels),
             })
         campaigns.append({
             "name": c.name,
@@ -185,14 +331,20 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str) -> dict[str
         "n_points": len(data.points),
         "n_campaigns": len(data.campaigns),
         "n_runs": len(data.runs),
+        "n_flagged": len(flags),
         "any_simulated": any(p.simulated for p in data.points),
         "baseline": rules.baseline,
         "floor": fmt.band(rules.noise_floor),
         "floor_pct": f"{rules.noise_floor * 100:.1f}%",
+        "confidence_pct": f"{rules.confidence * 100:g}%",
+        "resamples": rules.resamples,
+        "gates": {"failed": f"{rules.gates.max_failed_fraction:.0%}", "lag": f"{rules.gates.max_client_lag_ms:g} ms"},
+        "slo": slo.describe() if slo.set else None,
         "workloads": workloads,
         "history": history,
         "unchanged": unchanged,
         "environment": _environment(data),
         "configs": _configs(data, rules),
         "campaigns": campaigns,
+        "appendix": _appendix(labels, flags, data),
     }

@@ -16,6 +16,8 @@ from typing import Any
 
 from findings.analysis import Rules
 from findings.errors import SettingsError
+from findings.validity import Gates
+from findings.views import Slo
 
 FILE = "findings.toml"
 DEFAULT_STORE = "benchmarks/results"
@@ -41,6 +43,8 @@ class Settings:
     #: True when that store is for simulated (emulator) results only; else it
     #: is a real store, where simulated results never go.
     simulated_store: bool = False
+    #: Latency limits for goodput and the SLO line of the conclusion (optional).
+    slo: Slo = Slo()
 
     def with_overrides(self, *, store: str | None = None, baseline: str | None = None,
                        noise_floor: float | None = None) -> "Settings":
@@ -89,13 +93,24 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
     table = doc.get("findings", {})
     if not isinstance(table, dict):
         raise SettingsError(f"{path}: [findings] must be a table")
-    known = {"store", "document", "templates", "template", "title", "baseline", "noise_floor", "simulated"}
+    numbers = {"noise_floor", "confidence", "resamples", "max_failed_fraction", "max_client_lag_ms",
+               "slo_ttft_p99_ms", "slo_tpot_p99_ms"}
+    known = {"store", "document", "templates", "template", "title", "baseline", "simulated"} | numbers
     for key in table:
         if key not in known:
             raise SettingsError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
     if not isinstance(table.get("simulated", False), bool):
         raise SettingsError(f"{path}: setting 'simulated' must be true or false")
-    for key in known - {"noise_floor", "simulated"}:
+    for key in numbers:
+        v = table.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                              or v < 0):
+            raise SettingsError(f"{path}: setting {key!r} must be a number >= 0")
+    if not 0.5 <= float(table.get("confidence", 0.95)) < 1:
+        raise SettingsError(f"{path}: setting 'confidence' is a level in [0.5, 1), e.g. 0.95")
+    if int(table.get("resamples", 2000)) < 100:
+        raise SettingsError(f"{path}: setting 'resamples' must be at least 100")
+    for key in known - numbers - {"simulated"}:
         if key in table and not isinstance(table[key], str):
             raise SettingsError(f"{path}: setting {key!r} must be a string")
 
@@ -117,5 +132,15 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         rules=Rules(
             baseline=table.get("baseline", "baseline"),
             noise_floor=check_floor(table.get("noise_floor", DEFAULT_FLOOR), f"{path}: noise_floor"),
+            confidence=float(table.get("confidence", 0.95)),
+            resamples=int(table.get("resamples", 2000)),
+            gates=Gates(max_failed_fraction=float(table.get("max_failed_fraction", Gates.max_failed_fraction)),
+                        max_client_lag_ms=float(table.get("max_client_lag_ms", Gates.max_client_lag_ms))),
         ),
+        slo=Slo(ttft_p99_ms=_opt_float(table.get("slo_ttft_p99_ms")),
+                tpot_p99_ms=_opt_float(table.get("slo_tpot_p99_ms"))),
     )
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)

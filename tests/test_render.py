@@ -21,6 +21,8 @@ def test_golden_document_from_fixture_store(project, tmp_path):
     # The store inside the project, as in a real repository: the banner names it
     # relative to the project root, so the golden file is location-independent.
     shutil.copytree(FIXTURES / "store", project / "benchmarks" / "results")
+    with open(project / "findings.toml", "a") as fh:  # exercise the SLO views too
+        fh.write("slo_ttft_p99_ms = 300\nslo_tpot_p99_ms = 50\n")
     out = tmp_path / "doc.md"
     r = cli("--settings", str(project / "findings.toml"), "render", "--output", str(out))
     assert r.exit_code == 0, r.output

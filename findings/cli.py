@@ -227,6 +227,17 @@ def conclusions(obj: Context, as_json: bool) -> None:
 
 
 @main.command()
+@click.argument("base_ref", required=False)
+@click.pass_obj
+def diff(obj: Context, base_ref: str | None) -> None:
+    """Markdown summary of what changed in conclusions since BASE_REF (default: merge base with main)."""
+    from findings import diff as diff_lib
+
+    s = _run(obj.settings)
+    click.echo(_run(diff_lib.diff_markdown, s, base_ref))
+
+
+@main.command()
 @click.option("--output", metavar="PATH", default=None, help="Write here instead of the document path.")
 @click.option("--check", is_flag=True, help="Exit 1 with a short diff if the file on disk is stale.")
 @click.pass_obj

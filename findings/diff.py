@@ -434,8 +434,10 @@ def numbers_section(before: Side, after: Side, settings: Settings) -> list[str]:
             for c in _c_sorted(set(rb) & set(ra)):
                 if vb.get(c) != va.get(c):
                     continue  # listed with the policies
-                band = bands.get(c)
-                if not isinstance(band, (int, float)) or abs(float(ra[c]) - float(rb[c])) <= band:
+                band, r0, r1 = bands.get(c), rb[c], ra[c]
+                if not all(isinstance(x, (int, float)) for x in (band, r0, r1)):
+                    continue
+                if abs(float(r1) - float(r0)) <= float(band):
                     continue
                 lines.append(
                     f"- ratio {fmt.code(w)} / {fmt.code(cfg)} C={c}: {_ratio(rb[c])} → {_ratio(ra[c])} "

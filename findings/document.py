@@ -25,12 +25,38 @@ def _label(settings: Settings) -> str:
         return str(settings.store)
 
 
-def render_text(settings: Settings) -> str:
+def _plots_dir(settings: Settings, document: Path) -> Path:
+    return document.parent / f"{document.stem}-plots"
+
+
+def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
+    """The document text, and the plots it links to (file name -> chart data)."""
     data = store.load(settings.store)
     if not data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
     doc = report.build(data, settings.rules, settings.title, _label(settings), settings.slo)
-    return render.render(settings.templates, settings.template, doc)
+    plots: dict[str, Any] = {}
+    if settings.plots:
+        from findings.plots import file_name
+        folder = _plots_dir(settings, document).name
+        for c in doc["campaigns"]:
+            for w in c["workloads"]:
+                if w["chart"]:
+                    name = file_name(c["name"], w["name"])
+                    w["chart"]["svg"] = f"{folder}/{name}"
+                    plots[name] = w["chart"]
+    return render.render(settings.templates, settings.template, doc), plots
+
+
+def render_text(settings: Settings) -> str:
+    return _build(settings, settings.document)[0]
+
+
+def _write_plots(settings: Settings, document: Path, plots: dict[str, Any]) -> None:
+    from findings.plots import throughput_svg
+    folder = _plots_dir(settings, document)
+    for name, chart in sorted(plots.items()):
+        throughput_svg(folder / name, chart["title"], chart["xs"], chart["all_series"])
 
 
 @dataclass(frozen=True)
@@ -42,8 +68,8 @@ class Rendered:
 
 def render_document(settings: Settings, output: str | None = None, check: bool = False) -> Rendered:
     """Write the document, or with ``check`` compare it with the file on disk."""
-    text = render_text(settings)
     path = Path(output) if output else settings.document
+    text, plots = _build(settings, path)
     try:
         old = path.read_text(encoding="utf-8") if path.exists() else None
     except OSError as exc:
@@ -53,6 +79,8 @@ def render_document(settings: Settings, output: str | None = None, check: bool =
             return Rendered(path, changed=False)
         diff = render.short_diff(old or "", text, str(path)) if old is not None else f"{path} does not exist"
         return Rendered(path, changed=True, diff=diff)
+    if plots:
+        _write_plots(settings, path, plots)
     if old == text:
         return Rendered(path, changed=False)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -152,6 +152,10 @@ def _chart(campaign: str, workload: str, valid: list[Cell], rules: Rules) -> dic
         "block": views.mermaid_xychart(f"{campaign}: {workload}, output tok/s by concurrency", xs, series),
         "legend": plotted,
         "left_out": [n for n in configs if n not in plotted],
+        # For the optional SVG plot: every config, gaps where it was not measured.
+        "xs": xs,
+        "all_series": [(n, [by.get((n, x)) for x in xs]) for n in configs],
+        "title": f"{campaign}: {workload}",
     }
 
 

@@ -45,6 +45,8 @@ class Settings:
     simulated_store: bool = False
     #: Latency limits for goodput and the SLO line of the conclusion (optional).
     slo: Slo = Slo()
+    #: Also write SVG plots next to the document (needs the [plots] extra).
+    plots: bool = False
 
     def with_overrides(self, *, store: str | None = None, baseline: str | None = None,
                        noise_floor: float | None = None) -> "Settings":
@@ -95,12 +97,13 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         raise SettingsError(f"{path}: [findings] must be a table")
     numbers = {"noise_floor", "confidence", "resamples", "max_failed_fraction", "max_client_lag_ms",
                "slo_ttft_p99_ms", "slo_tpot_p99_ms"}
-    known = {"store", "document", "templates", "template", "title", "baseline", "simulated"} | numbers
+    known = {"store", "document", "templates", "template", "title", "baseline", "simulated", "plots"} | numbers
     for key in table:
         if key not in known:
             raise SettingsError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
-    if not isinstance(table.get("simulated", False), bool):
-        raise SettingsError(f"{path}: setting 'simulated' must be true or false")
+    for flag in ("simulated", "plots"):
+        if not isinstance(table.get(flag, False), bool):
+            raise SettingsError(f"{path}: setting {flag!r} must be true or false")
     for key in numbers:
         v = table.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
@@ -110,7 +113,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         raise SettingsError(f"{path}: setting 'confidence' is a level in [0.5, 1), e.g. 0.95")
     if int(table.get("resamples", 2000)) < 100:
         raise SettingsError(f"{path}: setting 'resamples' must be at least 100")
-    for key in known - numbers - {"simulated"}:
+    for key in known - numbers - {"simulated", "plots"}:
         if key in table and not isinstance(table[key], str):
             raise SettingsError(f"{path}: setting {key!r} must be a string")
 
@@ -123,6 +126,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
     return Settings(
         home_store=home,
         simulated_store=table.get("simulated", False),
+        plots=table.get("plots", False),
         root=root,
         store=Path(store) if store else home,
         document=rel(table.get("document", DEFAULT_DOCUMENT)),

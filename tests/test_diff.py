@@ -179,3 +179,24 @@ def test_errors_are_one_line(repo: Path, tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(FindingsError, match="git is not installed"):
         diff_markdown(s, "HEAD")
+
+
+def test_more_points_in_an_existing_campaign(repo: Path) -> None:
+    (repo / "repeat.csv").write_text(
+        "campaign,order,workload,config,concurrency,output_throughput_tok_s\n"
+        "overlap-topk1,3,diverse-prompts,baseline,30,700.0\n")
+    ingest(repo / "benchmarks" / "results", str(repo / "repeat.csv"))
+    md = diff_markdown(settings_of(repo), "HEAD")
+    assert "- `overlap-topk1` (existing campaign): 1 more point" in md
+    assert "WARNING" not in md and "cell `overlap-topk1`" not in md  # 689.4 -> 694.7 is within the floor
+
+
+def test_single_commit_defaults_to_head(tmp_path: Path) -> None:
+    repo = tmp_path / "one"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "trunk")
+    (repo / "findings.toml").write_text(TOML)
+    commit(repo, "settings")
+    md = diff_markdown(settings_of(repo))
+    assert md.startswith("### findings diff: `HEAD` (")
+    assert md.endswith("Conclusions and campaign tables are unchanged (0 campaigns, 0 points).\n")

@@ -118,3 +118,23 @@ def test_json_has_intervals_and_flags():
     lo, hi = chat["intervals"]["32"]
     assert lo > 1.0 and lo < chat["ratios"]["32"] < hi
     assert list(out["flagged"]) == ["table-003ea6253593/8"]
+
+
+def test_optional_svg_plots_are_deterministic(project, tmp_path):
+    pytest.importorskip("matplotlib")
+    with open(project / "findings.toml", "a") as fh:
+        fh.write("plots = true\n")
+    out = tmp_path / "doc.md"
+    args = ["--settings", str(project / "findings.toml"), "--store", str(FIXTURES / "store"), "render",
+            "--output", str(out)]
+    assert cli(*args).exit_code == 0
+    svgs = sorted((tmp_path / "doc-plots").glob("*.svg"))
+    assert [p.name for p in svgs] == ["overlap-topk1--diverse-prompts.svg", "parallel-sweep--diverse-prompts.svg",
+                                      "rigor-check--chat-512.svg", "tp8-random--random-1024-512.svg"]
+    first = {p.name: p.read_bytes() for p in svgs}
+    assert b"<svg" in first["overlap-topk1--diverse-prompts.svg"]
+    assert "![overlap-topk1: diverse-prompts](doc-plots/overlap-topk1--diverse-prompts.svg)" in out.read_text()
+    for p in svgs:
+        p.unlink()
+    assert cli(*args).exit_code == 0
+    assert {p.name: p.read_bytes() for p in sorted((tmp_path / "doc-plots").glob("*.svg"))} == first

@@ -159,14 +159,18 @@ def _chart(campaign: str, workload: str, valid: list[Cell], rules: Rules) -> dic
     }
 
 
-def _goodput(wc_cells: list[Cell], points: dict[str, Point], slo: views.Slo) -> list[str]:
-    """Per config: the best throughput meeting the SLO, from its latest cell at each C."""
+def _latest_views(wc_cells: list[Cell], points: dict[str, Point]) -> list[views.CellView]:
+    """Each config's latest valid cell at each C, as latency views."""
     latest: dict[tuple[str, int], Cell] = {}
     for c in wc_cells:
         key = (c.config, c.concurrency)
         if key not in latest or c.rank > latest[key].rank:
             latest[key] = c
-    vs = views.cell_views(latest.values(), points)
+    return views.cell_views(latest.values(), points)
+
+
+def _goodput(vs: list[views.CellView], slo: views.Slo) -> list[str]:
+    """Per config: the best throughput meeting the SLO."""
     out = []
     for g in views.goodput(vs, slo):
         if g.unknown:
@@ -180,13 +184,7 @@ def _goodput(wc_cells: list[Cell], points: dict[str, Point], slo: views.Slo) -> 
     return out
 
 
-def _slo_line(wc_cells: list[Cell], points: dict[str, Point], slo: views.Slo) -> str | None:
-    latest: dict[tuple[str, int], Cell] = {}
-    for c in wc_cells:
-        key = (c.config, c.concurrency)
-        if key not in latest or c.rank > latest[key].rank:
-            latest[key] = c
-    vs = views.cell_views(latest.values(), points)
+def _slo_line(vs: list[views.CellView], slo: views.Slo) -> str | None:
     known = [g for g in views.goodput(vs, slo) if g.best is not None]
     if not known:
         return None
@@ -286,7 +284,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             not in ("none", "", "null")}
     workloads = []
     for wc in conclusions.workloads:
-        wcells = [c for c in valid if c.workload == wc.workload]
+        latest = _latest_views([c for c in valid if c.workload == wc.workload], points)
         left_out = [f"{labels.of[p.id]} ({p.config}, C={p.concurrency}, campaign {p.campaign}): "
                     f"{'; '.join(flags[p.id])}"
                     for p in labels.points if p.id in flags and analysis_workload(p.workload, p.simulated) == wc.workload]
@@ -296,8 +294,8 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "baseline_measured": wc.baseline_measured,
             "latency": prose.latency(wc),
             "throughput": prose.throughput(wc),
-            "slo": _slo_line(wcells, points, slo) if slo.set else None,
-            "goodput": _goodput(wcells, points, slo) if slo.set else [],
+            "slo": _slo_line(latest, slo) if slo.set else None,
+            "goodput": _goodput(latest, slo) if slo.set else [],
             "policies": [prose.policy(c) for c in wc.candidates],
             "cross_checks": [x for c in wc.candidates if (x := prose.cross_check(c))],
             "verdicts": _verdict_table(conclusions, wc.workload, labels),

@@ -38,6 +38,9 @@ class Rules:
     #: Confidence level of the bootstrap intervals, and how many resamples.
     confidence: float = 0.95
     resamples: int = 2000
+    #: Which intervals to use: "auto" (repeats, else time blocks of one run),
+    #: "repeats" (only over repeats) or "band" (none: the noise band alone).
+    interval: str = "auto"
     gates: Gates = field(default_factory=Gates)
 
 
@@ -259,10 +262,11 @@ class Table:
         band = max(floor, a.spread, b.spread, drift)
         paired = a.campaign == b.campaign
         ci, method = None, "band"
-        if a.n >= 2 and b.n >= 2:
+        mode = self.rules.interval
+        if mode != "band" and a.n >= 2 and b.n >= 2:
             ci, method = self._ci(a.values, b.values, a, b), "bootstrap-repeats"
             band = max(floor, drift)  # the interval, not the range, carries the repeat noise
-        elif a.series and b.series:
+        elif mode == "auto" and a.series and b.series:
             ci, method = self._ci(a.series, b.series, a, b), "bootstrap-blocks"
         if not paired:
             band += max(floor, drift)

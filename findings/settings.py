@@ -97,10 +97,13 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         raise SettingsError(f"{path}: [findings] must be a table")
     numbers = {"noise_floor", "confidence", "resamples", "max_failed_fraction", "max_client_lag_ms",
                "slo_ttft_p99_ms", "slo_tpot_p99_ms"}
-    known = {"store", "document", "templates", "template", "title", "baseline", "simulated", "plots"} | numbers
+    known = {"store", "document", "templates", "template", "title", "baseline", "simulated", "plots",
+             "interval"} | numbers
     for key in table:
         if key not in known:
             raise SettingsError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
+    if table.get("interval", "auto") not in ("auto", "repeats", "band"):
+        raise SettingsError(f"{path}: setting 'interval' must be \"auto\", \"repeats\" or \"band\"")
     for flag in ("simulated", "plots"):
         if not isinstance(table.get(flag, False), bool):
             raise SettingsError(f"{path}: setting {flag!r} must be true or false")
@@ -138,6 +141,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
             noise_floor=check_floor(table.get("noise_floor", DEFAULT_FLOOR), f"{path}: noise_floor"),
             confidence=float(table.get("confidence", 0.95)),
             resamples=int(table.get("resamples", 2000)),
+            interval=str(table.get("interval", "auto")),
             gates=Gates(max_failed_fraction=float(table.get("max_failed_fraction", Gates.max_failed_fraction)),
                         max_client_lag_ms=float(table.get("max_client_lag_ms", Gates.max_client_lag_ms))),
         ),

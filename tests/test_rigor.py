@@ -138,3 +138,12 @@ def test_optional_svg_plots_are_deterministic(project, tmp_path):
         p.unlink()
     assert cli(*args).exit_code == 0
     assert {p.name: p.read_bytes() for p in sorted((tmp_path / "doc-plots").glob("*.svg"))} == first
+
+
+def test_interval_method_is_configurable():
+    rows = [("a", "baseline", "w", 1, v) for v in (100.0, 100.5, 99.5)] + \
+           [("a", "spec", "w", 1, v) for v in (108.0, 108.4, 107.6)]
+    comp = conclude(dataset(rows), Rules(interval="band")).workload("w").candidate("spec").comparisons[0]
+    assert comp.ci is None and comp.method == "band"
+    comp = conclude(dataset(rows), Rules(interval="repeats")).workload("w").candidate("spec").comparisons[0]
+    assert comp.method == "bootstrap-repeats"

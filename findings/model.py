@@ -68,6 +68,15 @@ class Point:
 
 
 @dataclass(frozen=True)
+class Input:
+    """A file a run was made from, beyond its main source (configs, environment, matrix)."""
+
+    path: str
+    sha256: str
+    role: str  # "configs" | "environment" | "matrix" | ...
+
+
+@dataclass(frozen=True)
 class Run:
     """One file of the results store, as read and validated."""
 
@@ -89,6 +98,8 @@ class Run:
     #: How the run was taken: URL, launch command (redacted), log path,
     #: start/end time, git commit, ... (flat scalars; optional).
     provenance: Mapping[str, Scalar] = field(default_factory=dict)
+    #: Other input files, hashed (schema version 2).
+    extra_inputs: tuple[Input, ...] = ()
 
 
 @dataclass(frozen=True)

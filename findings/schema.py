@@ -12,18 +12,34 @@ import re
 from typing import Any, Callable, Mapping
 
 from findings.errors import StoreError
-from findings.model import SOURCES, THROUGHPUT, Campaign, Point, Run, Scalar
+from findings.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run, Scalar
 
 #: The version this tool writes. Readers migrate older versions and refuse
-#: newer ones.
-SCHEMA_VERSION = 1
+#: newer ones. History:
+#:   1: one ``source_file`` {path, sha256} per run.
+#:   2: ``inputs``: every file the run was made from, hashed, with its role
+#:      (data, configs, environment, matrix), so that provenance covers the
+#:      configs table and environment file an ingest also read.
+SCHEMA_VERSION = 2
 KIND = "findings-run"
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
 
+def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 knew only the main source file: it becomes the one input."""
+    out = dict(doc)
+    src = out.pop("source_file", None)
+    inputs = []
+    if isinstance(src, dict):
+        inputs.append({"path": src.get("path"), "sha256": src.get("sha256"), "role": "data"})
+    out["inputs"] = inputs
+    out["schema_version"] = 2
+    return out
+
+
 #: Migrations from version N to N+1, applied in turn: {N: function}.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
 def valid_date(text: str) -> bool:
@@ -69,7 +85,8 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         "importer": {"name": run.importer, "version": run.importer_version},
         "tool_version": run.tool_version,
         "created_at": run.created_at,
-        "source_file": {"path": run.source_file, "sha256": run.source_sha256},
+        "inputs": [{"path": run.source_file, "sha256": run.source_sha256, "role": "data"}]
+        + [{"path": i.path, "sha256": i.sha256, "role": i.role} for i in run.extra_inputs],
         "line_hashes": sorted(run.line_hashes),
         "provenance": dict(sorted(run.provenance.items())),
         "environment": dict(sorted(run.environment.items())),
@@ -165,7 +182,16 @@ def run_from_dict(doc: Any, path: str) -> Run:
     if source not in SOURCES:
         raise r.fail("source", f"must be one of {', '.join(SOURCES)}")
     importer = r.obj(doc.get("importer"), "importer")
-    src = r.obj(doc.get("source_file"), "source_file")
+    inputs = r.array(doc.get("inputs"), "inputs")
+    if not inputs:
+        raise r.fail("inputs", "expected at least the run's main input")
+    src = r.obj(inputs[0], "inputs[0]")
+    extra = []
+    for i, item in enumerate(inputs[1:], start=1):
+        item = r.obj(item, f"inputs[{i}]")
+        extra.append(Input(path=r.string(item.get("path"), f"inputs[{i}].path") or "",
+                           sha256=r.string(item.get("sha256"), f"inputs[{i}].sha256") or "",
+                           role=r.string(item.get("role"), f"inputs[{i}].role") or ""))
     campaigns = []
     seen: set[str] = set()
     for i, c in enumerate(r.array(doc.get("campaigns"), "campaigns")):
@@ -209,7 +235,7 @@ def run_from_dict(doc: Any, path: str) -> Run:
                 concurrency=r.integer(p.get("concurrency"), f"{where}.concurrency", minimum=1) or 1,
                 metrics=metrics,
                 source=source,
-                source_file=r.string(src.get("path"), "source_file.path", optional=True),
+                source_file=r.string(src.get("path"), "inputs[0].path", optional=True),
                 source_line=r.integer(p.get("source_line"), f"{where}.source_line", optional=True),
                 note=note,
                 workload_params=r.scalars(p.get("workload_params", {}), f"{where}.workload_params"),
@@ -227,8 +253,8 @@ def run_from_dict(doc: Any, path: str) -> Run:
         importer_version=r.string(importer.get("version"), "importer.version") or "",
         tool_version=r.string(doc.get("tool_version"), "tool_version") or "",
         created_at=r.string(doc.get("created_at"), "created_at") or "",
-        source_file=r.string(src.get("path"), "source_file.path", optional=True),
-        source_sha256=r.string(src.get("sha256"), "source_file.sha256") or "",
+        source_file=r.string(src.get("path"), "inputs[0].path", optional=True),
+        source_sha256=r.string(src.get("sha256"), "inputs[0].sha256") or "",
         environment=r.scalars(doc.get("environment", {}), "environment"),
         campaigns=tuple(campaigns),
         configs=configs,
@@ -236,4 +262,5 @@ def run_from_dict(doc: Any, path: str) -> Run:
         line_hashes=frozenset(hashes),
         path=path,
         provenance=r.scalars(doc.get("provenance", {}), "provenance"),
+        extra_inputs=tuple(extra),
     )

@@ -27,7 +27,7 @@ from findings.bench.records import PointOutcome, RequestRecord
 from findings.bench.transport import Control, make_transport
 from findings.bench.workload import Workload, make_prompts
 from findings.errors import FindingsError
-from findings.model import Campaign, Point, Run, Scalar
+from findings.model import Campaign, Input, Point, Run, Scalar
 from findings.schema import SCHEMA_VERSION, point_id
 from findings.settings import Settings
 
@@ -46,6 +46,7 @@ class BenchOptions:
     api_key: str | None = None
     progress: bool = True
     root: Path | None = None  # for the git commit in provenance
+    matrix: Path | None = None  # the matrix file, hashed into each run's inputs
 
 
 @dataclass
@@ -215,10 +216,14 @@ def _store_point(opts: BenchOptions, target: _Target, campaign: Campaign, w: Wor
     point = Point(id=point_id(rid, 0), run_id=rid, campaign=campaign.name, config=target.spec.name,
                   workload=w.name, concurrency=concurrency, metrics=metrics, source=source,
                   source_file=None, source_line=None, workload_params=params, requests=requests)
+    extra: tuple[Input, ...] = ()
+    if opts.matrix is not None and opts.matrix.is_file():
+        extra = (Input(str(opts.matrix), hashlib.sha256(opts.matrix.read_bytes()).hexdigest(), "matrix"),)
     run = Run(schema_version=SCHEMA_VERSION, run_id=rid, source=source, importer=IMPORTER,
               importer_version=IMPORTER_VERSION, tool_version=__version__, created_at=_now_iso(),
               source_file=None, source_sha256=sha, environment=environment, campaigns=(campaign,),
-              configs={target.spec.name: target.facts}, points=(point,), provenance=provenance)
+              configs={target.spec.name: target.facts}, points=(point,), provenance=provenance,
+              extra_inputs=extra)
     return store.add_run(opts.store, run)
 
 
@@ -348,7 +353,7 @@ def bench_file(path: str, opts: BenchOptions) -> BenchReport:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise FindingsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return run_matrix(parse(path, text), opts)
+    return run_matrix(parse(path, text), replace(opts, matrix=Path(path)))
 
 
 def bench_attach(url: str, config: str, campaign: str, workload: Workload, sweep: Sweep,

@@ -12,7 +12,7 @@ from typing import Mapping
 
 from findings import __version__
 from findings.errors import InputError
-from findings.model import Campaign, Point, Run, Scalar
+from findings.model import Campaign, Input, Point, Run, Scalar
 from findings.schema import SCHEMA_VERSION
 
 
@@ -81,7 +81,7 @@ def read_environment(path: str | None) -> Mapping[str, Scalar]:
 def make_run(src: Source, importer: str, version: str, source: str, *,
              environment: Mapping[str, Scalar], campaigns: tuple[Campaign, ...],
              configs: Mapping[str, Mapping[str, Scalar]], points: list[Point],
-             hashes: set[str]) -> Run:
+             hashes: set[str], extra_inputs: tuple[Input, ...] = ()) -> Run:
     """The Run an importer returns: provenance filled in the same way for all."""
     return Run(
         schema_version=SCHEMA_VERSION,
@@ -98,4 +98,5 @@ def make_run(src: Source, importer: str, version: str, source: str, *,
         configs=configs,
         points=tuple(points),
         line_hashes=frozenset(hashes),
+        extra_inputs=extra_inputs,
     )

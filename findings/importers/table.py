@@ -23,7 +23,7 @@ from typing import Mapping
 
 from findings.errors import InputError
 from findings.importers.common import Source, line_hash, make_run, run_id
-from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
+from findings.model import THROUGHPUT, Campaign, Input, Point, Run, Scalar
 from findings.schema import point_id, valid_date, valid_name
 
 NAME = "table"
@@ -183,4 +183,5 @@ def read(
         src, NAME, VERSION, source, environment=environment or {},
         campaigns=tuple(campaigns[n] for n in sorted(campaigns, key=lambda n: first_line[n])),
         configs={k: v for k, v in configs.items() if k in used}, points=points, hashes=hashes,
+        extra_inputs=(Input(configs_src.path, configs_src.sha256, "configs"),) if configs_src else (),
     )

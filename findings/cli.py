@@ -226,6 +226,24 @@ def conclusions(obj: Context, as_json: bool) -> None:
     click.echo(_run(document.conclusions_json if as_json else document.conclusions_text, s))
 
 
+@main.group("store")
+def store_group() -> None:
+    """Inspect the results store."""
+
+
+@store_group.command("check")
+@click.pass_obj
+def store_check(obj: Context) -> None:
+    """Verify every run file and the store as a whole; say how to repair what is wrong."""
+    from findings import storecheck
+
+    s = _run(obj.settings)
+    text, healthy = _run(storecheck.report, s.store)
+    click.echo(text)
+    if not healthy:
+        sys.exit(1)
+
+
 @main.command()
 @click.argument("base_ref", required=False)
 @click.pass_obj

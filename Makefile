@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test render demo bench typecheck seed clean
+.PHONY: test render demo bench soak typecheck seed clean
 
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
@@ -24,6 +24,10 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 	$(BIN)/mypy
 	$(BIN)/findings render --check
+
+# The fuzz and kill tests, much harder than in `make test`.
+soak: $(STAMP)
+	FINDINGS_SOAK=1 $(BIN)/python -m pytest -q -s tests/test_fuzz.py tests/test_durability.py
 
 render: $(STAMP)
 	$(BIN)/findings render

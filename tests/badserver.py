@@ -1,0 +1,85 @@
+"""A misbehaving SGLang-like server for fault tests: a real process on a real
+socket, speaking just enough HTTP/1.1 to be wrong in one chosen way.
+
+    python tests/badserver.py MODE      (prints "listening on http://127.0.0.1:PORT")
+
+MODE: 503 (every /generate answers 503), malformed (an SSE stream with a
+broken data line), hostile (well-formed streams, but a server_info full of
+markup and secrets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else "503"
+SERVER_INFO = {
+    "model_path": "evil|model<script>alert(1)</script>\n| injected | row |",
+    "tp_size": 1,
+    "speculative_algorithm": None,
+    "launch_command": "python -m sglang.launch_server --model-path m --api-key sk-hostile-secret-123 --port 1",
+    "version": "0.5.23",
+}
+
+
+def response(status: str, body: bytes, ctype: str = "application/json") -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+            f"Connection: keep-alive\r\n\r\n").encode() + body
+
+
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode().split("\r\n")
+            method, path, _ = lines[0].split(" ", 2)
+            length = 0
+            for line in lines[1:]:
+                if line.lower().startswith("content-length:"):
+                    length = int(line.split(":", 1)[1])
+            if length:
+                await reader.readexactly(length)
+            if path in ("/health", "/v1/models", "/model_info"):
+                body = {"data": [{"id": "bad"}]} if path == "/v1/models" else {}
+                writer.write(response("200 OK", json.dumps(body).encode()))
+            elif path in ("/server_info", "/get_server_info"):
+                writer.write(response("200 OK", json.dumps(SERVER_INFO).encode()))
+            elif path == "/generate" and MODE == "503":
+                writer.write(response("503 Service Unavailable", b'{"error": "overloaded"}'))
+            elif path == "/generate":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+                events = []
+                for n in range(1, 5):
+                    meta = {"id": "x", "finish_reason": {"type": "length"} if n == 4 else None,
+                            "prompt_tokens": 4, "completion_tokens": n, "cached_tokens": 0}
+                    events.append(b"data: " + json.dumps({"text": "w " * n, "meta_info": meta}).encode() + b"\n\n")
+                if MODE == "malformed":
+                    events.insert(2, b'data: {"text": "broken, "meta_info": \n\n')
+                events.append(b"data: [DONE]\n\n")
+                for e in events:
+                    writer.write(e)
+                    await writer.drain()
+                    await asyncio.sleep(0.001)
+                writer.close()
+                return
+            else:
+                writer.write(response("404 Not Found", b"{}"))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+        pass
+    finally:
+        writer.close()
+
+
+async def main() -> None:
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    print(f"badserver {MODE} listening on http://127.0.0.1:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -243,3 +243,20 @@ def test_ctrl_c_keeps_finished_points(tmp_path, store):
     for pid in mine:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         assert "--speed 2" not in cmd, f"emulator left running: {cmd}"
+
+
+def test_dropped_connections_are_counted_as_resets(emulator, store):
+    url = emulator("--profile", "baseline", "--speed", SPEED, "--drop-rate", "0.4", "--seed", "5")
+    r = attach(store, url, concurrency="4")
+    assert r.exit_code == 0, r.output
+    m = runs(store)[0]["points"][0]["metrics"]
+    assert m.get("errors_reset", 0) >= 1
+    assert m["completed"] + m["failed"] == 8
+
+
+def test_error_events_and_http_500_are_told_apart(emulator, store):
+    url = emulator("--profile", "baseline", "--speed", SPEED, "--error-rate", "0.6", "--seed", "11")
+    r = attach(store, url, "--num-prompts", "20", concurrency="4")
+    assert r.exit_code == 0, r.output
+    m = runs(store)[0]["points"][0]["metrics"]
+    assert m.get("errors_http_500", 0) >= 1 and m.get("errors_server_error", 0) >= 1

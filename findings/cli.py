@@ -71,26 +71,73 @@ def ingest_table(obj: Context, file: str, configs: str | None, environment: str 
     click.echo(_run(ingest_lib.ingest_table, s.store, file, configs, environment, skip_existing).summary())
 
 
+def _labelled_file_options(fn: Any) -> Any:
+    """Options of the importers whose files do not name config, campaign, workload or date."""
+    for option in reversed([
+        click.option("--config", required=True, help="Name of the server config the file measured."),
+        click.option("--campaign", required=True, help="Campaign name (measurements taken together)."),
+        click.option("--workload", required=True, help="Workload name (never pooled with other workloads)."),
+        click.option("--date", required=True, metavar="YYYY-MM-DD", help="When the campaign was measured."),
+        click.option("--order", type=int, default=None, help="Tie-break among campaigns of the same date."),
+        click.option("--concurrency", type=click.IntRange(min=1), default=None,
+                     help="C for results that do not record their max concurrency."),
+        click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML)."),
+        click.option("--skip-existing", is_flag=True, help="Ingest only records not already in the store."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _ingest_labelled(obj: Context, fn: Any, file: str, **kw: Any) -> None:
+    s = _run(obj.settings)
+    click.echo(_run(fn, s.store, file, **kw).summary())
+
+
 @ingest.command("sglang-bench")
 @click.argument("file")
-@click.option("--config", required=True, help="Name of the server config these lines measured.")
-@click.option("--campaign", required=True, help="Campaign name (measurements taken together).")
-@click.option("--workload", required=True, help="Workload name (never pooled with other workloads).")
-@click.option("--date", required=True, metavar="YYYY-MM-DD", help="When the campaign was measured.")
+@_labelled_file_options
+@click.pass_obj
+def ingest_sglang(obj: Context, /, file: str, **kw: Any) -> None:
+    """Import `python -m sglang.bench_serving --output-file` JSONL (one line = one point)."""
+    _ingest_labelled(obj, ingest_lib.ingest_sglang_bench, file, **kw)
+
+
+@ingest.command("vllm-bench")
+@click.argument("file")
+@_labelled_file_options
+@click.pass_obj
+def ingest_vllm(obj: Context, /, file: str, **kw: Any) -> None:
+    """Import the JSON of `vllm bench serve --save-result` (one file = one point)."""
+    _ingest_labelled(obj, ingest_lib.ingest_vllm_bench, file, **kw)
+
+
+@ingest.command("aiperf")
+@click.argument("file")
+@_labelled_file_options
+@click.pass_obj
+def ingest_aiperf(obj: Context, /, file: str, **kw: Any) -> None:
+    """Import AIPerf's profile_export_aiperf.json (or genai-perf's export): one point."""
+    _ingest_labelled(obj, ingest_lib.ingest_aiperf, file, **kw)
+
+
+@ingest.command("auto")
+@click.argument("file")
+@click.option("--config", default=None, help="Config name (needed by every format but the table).")
+@click.option("--campaign", default=None, help="Campaign name (idem).")
+@click.option("--workload", default=None, help="Workload name (idem).")
+@click.option("--date", default=None, metavar="YYYY-MM-DD", help="Campaign date (idem).")
 @click.option("--order", type=int, default=None, help="Tie-break among campaigns of the same date.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
-              help="C for lines without max_concurrency (sglang 0.3.x).")
+              help="C for results that do not record their max concurrency.")
+@click.option("--configs", metavar="CONFIGS.csv", default=None, help="Table format: config facts.")
 @click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML).")
-@click.option("--skip-existing", is_flag=True, help="Ingest only lines not already in the store.")
+@click.option("--skip-existing", is_flag=True, help="Ingest only records not already in the store.")
 @click.pass_obj
-def ingest_sglang(obj: Context, file: str, config: str, campaign: str, workload: str, date: str,
-                  order: int | None, concurrency: int | None, environment: str | None,
-                  skip_existing: bool) -> None:
-    """Import `python -m sglang.bench_serving --output-file` JSONL (one line = one point)."""
+def ingest_auto(obj: Context, /, file: str, **kw: Any) -> None:
+    """Detect the format of FILE (table, sglang-bench, vllm-bench, aiperf), say which, and import it."""
     s = _run(obj.settings)
-    result = _run(ingest_lib.ingest_sglang_bench, s.store, file, config=config, campaign=campaign,
-                  workload=workload, date=date, order=order, concurrency=concurrency,
-                  environment=environment, skip_existing=skip_existing)
+    fmt_name, result = _run(ingest_lib.ingest_auto, s.store, file, **kw)
+    click.echo(f"detected format: {fmt_name}")
     click.echo(result.summary())
 
 

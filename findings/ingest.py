@@ -11,7 +11,7 @@ from pathlib import Path
 
 from findings import store
 from findings.errors import SettingsError
-from findings.importers import common, sglang_bench, table
+from findings.importers import aiperf, common, detect, sglang_bench, table, vllm_bench
 from findings.model import Run
 from findings.schema import valid_date, valid_name
 
@@ -64,3 +64,72 @@ def ingest_sglang_bench(store_dir: Path, file: str, *, config: str, campaign: st
         skip_lines=_skip(store_dir, skip_existing),
     )
     return _store(run, store_dir)
+
+
+def _check_point_options(config: str, campaign: str, workload: str, date: str) -> None:
+    for label, value in (("--config", config), ("--campaign", campaign), ("--workload", workload)):
+        if not valid_name(value):
+            raise SettingsError(f"{label}: invalid name {value!r}")
+    if not valid_date(date):
+        raise SettingsError(f"--date: expected YYYY-MM-DD, got {date!r}")
+
+
+def ingest_vllm_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
+                      date: str, order: int | None = None, concurrency: int | None = None,
+                      environment: str | None = None, skip_existing: bool = False) -> Ingested:
+    """``vllm bench serve --save-result`` JSON: one point per result object."""
+    _check_point_options(config, campaign, workload, date)
+    run = vllm_bench.read(
+        common.read_source(file),
+        config=config, campaign=campaign, workload=workload, date=date, order=order,
+        concurrency=concurrency,
+        environment=common.read_environment(environment),
+        skip_lines=_skip(store_dir, skip_existing),
+    )
+    return _store(run, store_dir)
+
+
+def ingest_aiperf(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
+                  date: str, order: int | None = None, concurrency: int | None = None,
+                  environment: str | None = None, skip_existing: bool = False) -> Ingested:
+    """AIPerf ``profile_export_aiperf.json`` (or genai-perf's): one point."""
+    _check_point_options(config, campaign, workload, date)
+    run = aiperf.read(
+        common.read_source(file),
+        config=config, campaign=campaign, workload=workload, date=date, order=order,
+        concurrency=concurrency,
+        environment=common.read_environment(environment),
+        skip_lines=_skip(store_dir, skip_existing),
+    )
+    return _store(run, store_dir)
+
+
+def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campaign: str | None = None,
+                workload: str | None = None, date: str | None = None, order: int | None = None,
+                concurrency: int | None = None, configs: str | None = None,
+                environment: str | None = None, skip_existing: bool = False) -> tuple[str, Ingested]:
+    """Detect the format of ``file`` by its content, check the options it needs, ingest it.
+
+    Returns the detected format's name and what was ingested.
+    """
+    fmt = detect.detect(common.read_source(file))
+    if fmt == "table":
+        extra = [name for name, value in (("--config", config), ("--campaign", campaign), ("--workload", workload),
+                                          ("--date", date), ("--order", order), ("--concurrency", concurrency))
+                 if value is not None]
+        if extra:
+            raise SettingsError(f"{file} is a table (campaign, config and workload are its columns): "
+                                f"{', '.join(extra)} do not apply")
+        return fmt, ingest_table(store_dir, file, configs=configs, environment=environment,
+                                 skip_existing=skip_existing)
+    if configs is not None:
+        raise SettingsError(f"{file} is {fmt} output: --configs applies to tables only")
+    missing = [name for name, value in (("--config", config), ("--campaign", campaign), ("--workload", workload),
+                                        ("--date", date)) if value is None]
+    if missing:
+        raise SettingsError(f"{file} is {fmt} output, which needs {', '.join(missing)}")
+    assert config is not None and campaign is not None and workload is not None and date is not None
+    ingest = {"sglang-bench": ingest_sglang_bench, "vllm-bench": ingest_vllm_bench, "aiperf": ingest_aiperf}[fmt]
+    return fmt, ingest(store_dir, file, config=config, campaign=campaign, workload=workload, date=date,
+                       order=order, concurrency=concurrency, environment=environment,
+                       skip_existing=skip_existing)

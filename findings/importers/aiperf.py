@@ -1,0 +1,310 @@
+"""NVIDIA AIPerf ``profile_export_aiperf.json`` (and genai-perf's ``*_genai_perf.json``).
+
+One file is one point. Each metric is an object ``{"unit": ..., "avg": ...,
+"p50": ..., "p99": ..., "std": ..., "min": ..., "max": ...}`` (percentiles
+only for per-request metrics), top-level in AIPerf >= 0.2 and genai-perf,
+under ``records`` in AIPerf 0.1.x. Values are in the ``unit`` given, which is
+authoritative: time metrics are converted to milliseconds here, whatever unit
+the file uses. Field names, as read from the AIPerf and genai-perf wheels, are
+cited in tests/fixtures/aiperf/README.md.
+
+Names follow the store's (sglang.bench_serving's) vocabulary:
+
+- ``output_token_throughput.avg`` -> ``output_throughput_tok_s`` (required);
+- ``time_to_first_token`` (``ttft`` in 0.1.x) -> ``{stat}_ttft_ms``;
+- ``inter_token_latency`` -> ``{stat}_tpot_ms``: AIPerf and genai-perf define
+  it per request as (latency - TTFT) / (output tokens - 1), which is what
+  sglang and vLLM call TPOT;
+- ``inter_chunk_latency`` (the gaps between streamed chunks, all requests
+  pooled) -> ``{stat}_itl_ms``, which is what sglang and vLLM call ITL;
+- ``request_latency`` -> ``{stat}_e2e_latency_ms``;
+- where ``{stat}`` is ``mean`` (avg), ``median`` (p50), ``p90``, ``p95``,
+  ``p99``, ``std``, ``min`` or ``max`` (the lower percentiles are dropped).
+
+The concurrency is read from ``input_config`` (``phases`` in AIPerf 0.13,
+``loadgen`` before, ``perf_analyzer.stimulus`` or ``concurrency`` in
+genai-perf), or else given with ``--concurrency``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from findings.errors import InputError
+from findings.importers.common import Source, line_hash, make_run, run_id
+from findings.importers.vllm_bench import field, finite_number, workload_value
+from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
+from findings.schema import point_id
+
+NAME = "aiperf"
+VERSION = "1"
+
+#: Milliseconds per unit, for the time units AIPerf (MetricTimeUnit) and
+#: genai-perf write.
+MS_PER = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "sec": 1000.0, "s": 1000.0}
+#: Latency distributions -> the stem of our names, ``{stat}_{stem}_ms``.
+LATENCIES = {
+    "time_to_first_token": "ttft", "ttft": "ttft",
+    "inter_token_latency": "tpot",
+    "inter_chunk_latency": "itl",
+    "request_latency": "e2e_latency",
+    "time_to_second_token": "ttst", "ttst": "ttst",
+}
+#: Statistic keys kept -> our prefixes (p1 ... p75 are not kept: no view uses them).
+STATS = {"avg": "mean", "p50": "median", "p90": "p90", "p95": "p95", "p99": "p99", "std": "std", "min": "min", "max": "max"}
+#: Run-level values (``avg``) -> our names.
+SCALARS = {
+    "output_token_throughput": THROUGHPUT,
+    "request_throughput": "request_throughput",
+    "request_count": "completed",
+    "error_request_count": "failed",
+    "request_goodput": "request_goodput",
+    "goodput": "request_goodput",
+}
+#: Acceptance length (tokens per verify step, bonus token included), best first.
+ACCEPT = ("spec_decode_token_weighted_acceptance_length", "spec_decode_acceptance_length")
+#: Metric objects not kept: wall-clock timestamps, not measurements.
+SKIP = frozenset({"min_request_timestamp", "max_response_timestamp"})
+TOKENS_PER_S = frozenset({"tokens/sec", "tokens/s"})
+
+
+def _is_metric(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("unit"), str)
+
+
+def metric_objects(doc: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """tag -> (JSON path, metric object): top-level, or under ``records`` (0.1.x)."""
+    out: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    records = doc.get("records")
+    if isinstance(records, dict):
+        out.update({k: (f"records.{field(k)}", v) for k, v in records.items() if _is_metric(v)})
+    out.update({k: (field(k), v) for k, v in doc.items() if _is_metric(v)})
+    return out
+
+
+def _stats(path: str, where: str, obj: Mapping[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for stat in STATS:
+        if stat in obj:
+            num = finite_number(path, None, f"{where}.{stat}", obj[stat])
+            if num is not None:
+                out[stat] = num
+    return out
+
+
+def _factor(path: str, where: str, unit: str) -> float:
+    if unit not in MS_PER:
+        raise InputError(path, None, f"{where}.unit", f"expected a time unit ({', '.join(MS_PER)}), got {unit!r}")
+    return MS_PER[unit]
+
+
+def _metrics(path: str, doc: Mapping[str, Any]) -> dict[str, float]:
+    objs = metric_objects(doc)
+    if "output_token_throughput" not in objs:
+        raise InputError(path, None, "output_token_throughput",
+                         "missing (AIPerf writes it only for endpoints that produce tokens)")
+    metrics: dict[str, float] = {}
+    for tag, (where, obj) in objs.items():
+        if tag in SKIP:
+            continue
+        unit = str(obj["unit"])
+        stats = _stats(path, where, obj)
+        if tag in LATENCIES:
+            k = _factor(path, where, unit)
+            for stat, value in stats.items():
+                metrics[f"{STATS[stat]}_{LATENCIES[tag]}_ms"] = value * k
+        elif tag in SCALARS:
+            if tag == "output_token_throughput" and unit not in TOKENS_PER_S:
+                raise InputError(path, None, f"{where}.unit", f"expected tokens/sec, got {unit!r}")
+            if "avg" in stats:
+                metrics[SCALARS[tag]] = stats["avg"]
+        elif tag == "benchmark_duration":
+            if "avg" in stats:
+                metrics["duration"] = stats["avg"] * _factor(path, where, unit) / 1000.0
+        else:
+            suffix, k = ("_ms", MS_PER[unit]) if unit in MS_PER else ("", 1.0)
+            if set(stats) - {"avg"}:
+                for stat, value in stats.items():
+                    metrics[f"{STATS[stat]}_{tag}{suffix}"] = value * k
+            elif "avg" in stats:
+                metrics[f"{tag}{suffix}"] = stats["avg"] * k
+    where = objs["output_token_throughput"][0]
+    if THROUGHPUT not in metrics:
+        raise InputError(path, None, f"{where}.avg", "missing (an aggregate or collated export? "
+                         "import a run's own profile_export_aiperf.json)")
+    if metrics[THROUGHPUT] < 0:
+        raise InputError(path, None, f"{where}.avg", "expected a number >= 0")
+    for tag in ACCEPT:
+        accept = metrics.get(f"mean_{tag}", metrics.get(tag))
+        if tag in objs and accept is not None:
+            metrics["accept_length"] = accept
+            break
+    for key, tag in (("completed", "request_count"), ("failed", "error_request_count")):
+        if key in metrics and (metrics[key] < 0 or not metrics[key].is_integer()):
+            raise InputError(path, None, f"{objs[tag][0]}.avg", f"expected a count >= 0, got {metrics[key]!r}")
+    total = metrics.get("completed_request_count")  # 0.13: successes + errors
+    if "failed" not in metrics and "completed" in metrics and total is not None:
+        metrics["failed"] = total - metrics["completed"]
+    if "completed" in metrics and "failed" in metrics:
+        metrics["planned"] = metrics["completed"] + metrics["failed"]
+    return metrics
+
+
+def _get(obj: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _phases(cfg: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The profiling phases of an AIPerf >= 0.13 ``BenchmarkConfig``, with their JSON paths."""
+    raw = cfg.get("phases")
+    if isinstance(raw, dict):
+        items = [(f"input_config.phases.{field(k)}", {"name": k, **v}) for k, v in raw.items() if isinstance(v, dict)]
+    elif isinstance(raw, list):
+        items = [(f"input_config.phases[{i}]", v) for i, v in enumerate(raw) if isinstance(v, dict)]
+    else:
+        return []
+    return [(w, p) for w, p in items
+            if (p.get("kind") or p.get("name")) == "profiling" and not p.get("exclude_from_results")]
+
+
+def _load(cfg: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    """Candidate concurrency values (JSON path, value) and the load's workload parameters."""
+    phases = _phases(cfg)
+    if phases:
+        found = []
+        for where, p in phases:
+            c = p.get("concurrency")
+            if c is None and p.get("type") == "concurrency":
+                c = 1  # ConcurrencyPhase's default; exclude_unset drops it from the file
+            found.append((f"{where}.concurrency", c))
+        p = phases[0][1]
+        return found, {"load_type": p.get("type"), "request_rate": p.get("rate"), "request_count": p.get("requests")}
+    loadgen = cfg.get("loadgen")
+    if isinstance(loadgen, dict):  # AIPerf UserConfig (0.1 - 0.12)
+        return ([("input_config.loadgen.concurrency", loadgen.get("concurrency"))],
+                {"request_rate": loadgen.get("request_rate"), "request_count": loadgen.get("request_count")})
+    stimulus = _get(cfg, "perf_analyzer", "stimulus")
+    if isinstance(stimulus, dict):  # genai-perf 0.0.14+ config
+        return ([("input_config.perf_analyzer.stimulus.concurrency", stimulus.get("concurrency"))],
+                {"request_rate": stimulus.get("request_rate")})
+    return ([("input_config.concurrency", cfg.get("concurrency"))],  # genai-perf argparse namespace
+            {"request_rate": cfg.get("request_rate"), "request_count": cfg.get("request_count")})
+
+
+def _concurrency(path: str, found: list[tuple[str, Any]], given: int | None) -> int:
+    values: dict[int, str] = {}
+    for where, c in found:
+        if c is None:
+            continue
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise InputError(path, None, where, f"expected an integer >= 1, got {c!r}")
+        values.setdefault(c, where)
+    if len(values) > 1:
+        (a, wa), (b, wb) = sorted(values.items())[:2]
+        raise InputError(path, None, wb, f"{b} differs from {a} in '{wa}'; import each phase's own "
+                         "phases/<name>/profile_export_aiperf.json")
+    if values:
+        return next(iter(values))
+    if given is None:
+        raise InputError(path, None, found[0][0] if found else "input_config",
+                         "no concurrency in the file (a request-rate run?); pass --concurrency N")
+    return given
+
+
+def _model(cfg: Mapping[str, Any]) -> str | None:
+    """The one model benchmarked, where the config names exactly one."""
+    models = cfg.get("models")
+    if isinstance(models, dict):
+        items = models.get("items")
+        models = [m.get("name") if isinstance(m, dict) else m for m in items] if isinstance(items, list) else None
+    for names in (models, _get(cfg, "endpoint", "model_names"), cfg.get("model_names"), cfg.get("model")):
+        if isinstance(names, str):
+            names = [names]
+        if isinstance(names, list) and len(names) == 1 and isinstance(names[0], str):
+            return names[0]
+    return None
+
+
+def parse(src: Source) -> dict[str, Any]:
+    text = src.text()
+    if not text.strip():
+        raise InputError(src.path, None, None, "the file is empty")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(src.path, exc.lineno, None, f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+    except (ValueError, RecursionError) as exc:  # int too long, nested too deeply
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+        raise InputError(src.path, None, None, f"not valid JSON: {why}") from None
+    if not isinstance(doc, dict):
+        raise InputError(src.path, None, None, f"expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def read(
+    src: Source,
+    config: str,
+    campaign: str,
+    workload: str,
+    date: str,
+    order: int | None = None,
+    concurrency: int | None = None,
+    environment: Mapping[str, Scalar] | None = None,
+    skip_lines: frozenset[str] = frozenset(),
+    source: str = "import",
+) -> Run:
+    """Parse and validate the whole file; raise InputError on the first fault."""
+    doc = parse(src)
+    h = line_hash(src.text())
+    if h in skip_lines:
+        raise InputError(src.path, None, None, "this result was already ingested; nothing to add")
+    cfg = doc.get("input_config")
+    if cfg is None:
+        cfg = {}
+    if not isinstance(cfg, dict):
+        raise InputError(src.path, None, "input_config", "expected an object")
+    metrics = _metrics(src.path, doc)
+    found, load = _load(cfg)
+    conc = _concurrency(src.path, found, concurrency)
+    params: dict[str, Scalar] = {"tool": "aiperf" if "aiperf_version" in doc or "records" in doc
+                                 or "schema_version" in doc else "genai-perf"}
+    for key, value in load.items():
+        if isinstance(value, (str, int, float, bool)):
+            params[key] = workload_value(src.path, None, key, value)
+    notes = []
+    if doc.get("was_cancelled") is True:
+        notes.append("AIPerf reports the run was cancelled")
+    if doc.get("is_complete") is False:
+        reason = doc.get("incomplete_reason")
+        notes.append("AIPerf reports the run incomplete" + (f": {' '.join(reason.split())}"
+                                                          if isinstance(reason, str) and reason.strip() else ""))
+    env = dict(environment or {})
+    version = doc.get("aiperf_version")
+    if isinstance(version, str):
+        env.setdefault("aiperf_version", version)
+    model = _model(cfg)
+    rid = run_id(NAME, src.sha256)
+    point = Point(
+        id=point_id(rid, 0),
+        run_id=rid,
+        campaign=campaign,
+        config=config,
+        workload=workload,
+        concurrency=conc,
+        metrics=metrics,
+        source=source,
+        source_file=src.path,
+        source_line=None,
+        note="; ".join(notes) or None,
+        workload_params=params,
+    )
+    return make_run(
+        src, NAME, VERSION, source, environment=env,
+        campaigns=(Campaign(name=campaign, date=date, order=order),),
+        configs={config: {"model_path": model} if model else {}}, points=[point], hashes={h},
+    )

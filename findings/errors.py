@@ -6,6 +6,12 @@ Imports nothing internal: every other module may raise these.
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """Control characters from data (a key holding a line break) shown escaped."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t") \
+        if any(c in text for c in "\n\r\t") else text
+
+
 class FindingsError(Exception):
     """An expected failure, reported to the user as one line (exit code 1)."""
 
@@ -24,11 +30,14 @@ class InputError(FindingsError):
         self.message = message
         where = path if line is None else f"{path}:{line}"
         what = f"field '{field}': " if field else ""
-        super().__init__(f"{where}: {what}{message}")
+        super().__init__(one_line(f"{where}: {what}{message}"))
 
 
 class StoreError(FindingsError):
     """The results store is unreadable, or a write to it was refused."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 class DuplicateError(StoreError):

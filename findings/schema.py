@@ -42,6 +42,14 @@ def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
 MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
 
 
+def finite(v: int | float) -> bool:
+    """A number a float can hold: not NaN or infinite, and no int beyond float range."""
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
 def valid_date(text: str) -> bool:
     if not _DATE.match(text):
         return False
@@ -141,7 +149,7 @@ class _Reader:
         return v
 
     def number(self, v: Any, where: str) -> float:
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not finite(v):
             raise self.fail(where, "expected a finite number")
         return float(v)
 
@@ -150,7 +158,7 @@ class _Reader:
         for k, x in d.items():
             if not isinstance(x, (str, int, float, bool)) and x is not None:
                 raise self.fail(f"{where}.{k}", "expected a string, number, boolean or null")
-            if isinstance(x, float) and not math.isfinite(x):
+            if isinstance(x, (int, float)) and not isinstance(x, bool) and not finite(x):
                 raise self.fail(f"{where}.{k}", "expected a finite number")
         return d
 

@@ -49,6 +49,8 @@ def load_runs(store: Path) -> list[Run]:
             raise StoreError(f"{path}: cannot read: {exc}") from exc
         except (json.JSONDecodeError, ValueError) as exc:
             raise StoreError(f"{path}: not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise StoreError(f"{path}: not valid JSON: nested too deeply") from None
         run = run_from_dict(doc, str(path))
         if path.stem != run.run_id:
             raise StoreError(f"{path}: file name does not match run_id {run.run_id!r}")

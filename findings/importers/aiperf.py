@@ -2,8 +2,8 @@
 
 One file is one point. Each metric is an object ``{"unit": ..., "avg": ...,
 "p50": ..., "p99": ..., "std": ..., "min": ..., "max": ...}`` (percentiles
-only for per-request metrics), top-level in AIPerf >= 0.2 and genai-perf,
-under ``records`` in AIPerf 0.1.x. Values are in the ``unit`` given, which is
+only for per-request metrics), top-level (AIPerf 0.6, 0.13, genai-perf) or
+under ``records`` (AIPerf 0.1). Values are in the ``unit`` given, which is
 authoritative: time metrics are converted to milliseconds here, whatever unit
 the file uses. Field names, as read from the AIPerf and genai-perf wheels, are
 cited in tests/fixtures/aiperf/README.md.
@@ -21,14 +21,15 @@ Names follow the store's (sglang.bench_serving's) vocabulary:
 - where ``{stat}`` is ``mean`` (avg), ``median`` (p50), ``p90``, ``p95``,
   ``p99``, ``std``, ``min`` or ``max`` (the lower percentiles are dropped).
 
-The concurrency is read from ``input_config`` (``phases`` in AIPerf 0.13,
-``loadgen`` before, ``perf_analyzer.stimulus`` or ``concurrency`` in
-genai-perf), or else given with ``--concurrency``.
+The concurrency is read from ``input_config`` (the profiling ``phases`` in
+AIPerf 0.13, ``loadgen`` in 0.1 and 0.6, ``perf_analyzer.stimulus`` or
+``concurrency`` in genai-perf), or else given with ``--concurrency``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping
 
 from findings.errors import InputError
@@ -67,6 +68,8 @@ ACCEPT = ("spec_decode_token_weighted_acceptance_length", "spec_decode_acceptanc
 #: Metric objects not kept: wall-clock timestamps, not measurements.
 SKIP = frozenset({"min_request_timestamp", "max_response_timestamp"})
 TOKENS_PER_S = frozenset({"tokens/sec", "tokens/s"})
+#: Our names that only the mappings above may set (an unknown tag of the same name is skipped).
+RESERVED = frozenset(SCALARS.values()) | {"duration", "planned", "accept_length"}
 
 
 def _is_metric(value: Any) -> bool:
@@ -105,6 +108,12 @@ def _metrics(path: str, doc: Mapping[str, Any]) -> dict[str, float]:
         raise InputError(path, None, "output_token_throughput",
                          "missing (AIPerf writes it only for endpoints that produce tokens)")
     metrics: dict[str, float] = {}
+
+    def put(name: str, value: float, where: str) -> None:
+        if not math.isfinite(value):
+            raise InputError(path, None, where, "out of range once converted to our units")
+        metrics[name] = value
+
     for tag, (where, obj) in objs.items():
         if tag in SKIP:
             continue
@@ -113,7 +122,7 @@ def _metrics(path: str, doc: Mapping[str, Any]) -> dict[str, float]:
         if tag in LATENCIES:
             k = _factor(path, where, unit)
             for stat, value in stats.items():
-                metrics[f"{STATS[stat]}_{LATENCIES[tag]}_ms"] = value * k
+                put(f"{STATS[stat]}_{LATENCIES[tag]}_ms", value * k, f"{where}.{stat}")
         elif tag in SCALARS:
             if tag == "output_token_throughput" and unit not in TOKENS_PER_S:
                 raise InputError(path, None, f"{where}.unit", f"expected tokens/sec, got {unit!r}")
@@ -121,14 +130,14 @@ def _metrics(path: str, doc: Mapping[str, Any]) -> dict[str, float]:
                 metrics[SCALARS[tag]] = stats["avg"]
         elif tag == "benchmark_duration":
             if "avg" in stats:
-                metrics["duration"] = stats["avg"] * _factor(path, where, unit) / 1000.0
-        else:
+                put("duration", stats["avg"] * _factor(path, where, unit) / 1000.0, f"{where}.avg")
+        elif tag not in RESERVED:
             suffix, k = ("_ms", MS_PER[unit]) if unit in MS_PER else ("", 1.0)
             if set(stats) - {"avg"}:
                 for stat, value in stats.items():
-                    metrics[f"{STATS[stat]}_{tag}{suffix}"] = value * k
+                    put(f"{STATS[stat]}_{tag}{suffix}", value * k, f"{where}.{stat}")
             elif "avg" in stats:
-                metrics[f"{tag}{suffix}"] = stats["avg"] * k
+                put(f"{tag}{suffix}", stats["avg"] * k, f"{where}.avg")
     where = objs["output_token_throughput"][0]
     if THROUGHPUT not in metrics:
         raise InputError(path, None, f"{where}.avg", "missing (an aggregate or collated export? "
@@ -145,9 +154,12 @@ def _metrics(path: str, doc: Mapping[str, Any]) -> dict[str, float]:
             raise InputError(path, None, f"{objs[tag][0]}.avg", f"expected a count >= 0, got {metrics[key]!r}")
     total = metrics.get("completed_request_count")  # 0.13: successes + errors
     if "failed" not in metrics and "completed" in metrics and total is not None:
+        if total < metrics["completed"] or not total.is_integer():
+            raise InputError(path, None, f"{objs['completed_request_count'][0]}.avg",
+                             f"expected a count >= request_count ({metrics['completed']:g}), got {total!r}")
         metrics["failed"] = total - metrics["completed"]
     if "completed" in metrics and "failed" in metrics:
-        metrics["planned"] = metrics["completed"] + metrics["failed"]
+        put("planned", metrics["completed"] + metrics["failed"], f"{objs['request_count'][0]}.avg")
     return metrics
 
 
@@ -185,7 +197,7 @@ def _load(cfg: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], dict[str, Any]
         p = phases[0][1]
         return found, {"load_type": p.get("type"), "request_rate": p.get("rate"), "request_count": p.get("requests")}
     loadgen = cfg.get("loadgen")
-    if isinstance(loadgen, dict):  # AIPerf UserConfig (0.1 - 0.12)
+    if isinstance(loadgen, dict):  # AIPerf UserConfig (0.1.1, 0.6.0)
         return ([("input_config.loadgen.concurrency", loadgen.get("concurrency"))],
                 {"request_rate": loadgen.get("request_rate"), "request_count": loadgen.get("request_count")})
     stimulus = _get(cfg, "perf_analyzer", "stimulus")

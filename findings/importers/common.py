@@ -67,7 +67,11 @@ def read_environment(path: str | None) -> Mapping[str, Scalar]:
         doc = tomllib.loads(src.text())
     except tomllib.TOMLDecodeError as exc:
         raise InputError(path, getattr(exc, "lineno", None), None, f"not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise InputError(path, None, None, "not valid TOML: nested too deeply") from None
     table = doc.get("environment", doc)
+    if not isinstance(table, dict):
+        raise InputError(path, None, "environment", "expected a table of facts")
     out: dict[str, Scalar] = {}
     for k, v in table.items():
         if isinstance(v, float) and not math.isfinite(v):

@@ -24,7 +24,7 @@ from findings import serverinfo
 from findings.errors import InputError
 from findings.importers.common import Source, line_hash, make_run, run_id
 from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
-from findings.schema import point_id
+from findings.schema import finite, point_id
 
 NAME = "sglang-bench"
 VERSION = "1"
@@ -42,10 +42,10 @@ def _number(path: str, line: int, key: str, value: Any) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(path, line, key, f"expected a number, got {type(value).__name__}")
-    if math.isnan(value):
+    if isinstance(value, float) and math.isnan(value):
         return None
-    if math.isinf(value):
-        raise InputError(path, line, key, "expected a finite number, got Infinity")
+    if not finite(value):
+        raise InputError(path, line, key, "expected a finite number, got Infinity or a number out of range")
     return float(value)
 
 
@@ -100,7 +100,7 @@ def _details(path: str, line: int, doc: dict[str, Any]) -> dict[str, object] | N
 
 
 def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and finite(x)
 
 
 def read(
@@ -137,6 +137,8 @@ def read(
             raise InputError(src.path, line, None, f"not valid JSON: {exc.msg} at column {exc.colno}") from None
         except RecursionError:
             raise InputError(src.path, line, None, "not valid JSON: nested too deeply") from None
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            raise InputError(src.path, line, None, f"not valid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise InputError(src.path, line, None, "expected a JSON object")
         if "output_throughput" not in doc:

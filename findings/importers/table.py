@@ -36,7 +36,10 @@ def _rows(src: Source, required: tuple[str, ...]) -> tuple[list[str], list[tuple
     text = src.text()
     if not text.strip():
         raise InputError(src.path, None, None, "the file is empty")
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    # The physical lines exactly as the csv reader sees them, so that a row
+    # quoted across several lines is hashed and located by all of its lines.
+    physical = list(io.StringIO(text, newline=""))
+    reader = csv.reader(iter(physical), strict=True)
     try:
         header = [h.strip() for h in next(reader)]
     except csv.Error as exc:
@@ -47,21 +50,21 @@ def _rows(src: Source, required: tuple[str, ...]) -> tuple[list[str], list[tuple
     if len(set(header)) != len(header):
         dup = sorted({h for h in header if header.count(h) > 1})[0]
         raise InputError(src.path, 1, dup, "column appears twice")
-    lines = text.splitlines()
     rows = []
     while True:
+        before = reader.line_num
         try:
             cells = next(reader)
         except StopIteration:
             break
         except csv.Error as exc:
-            raise InputError(src.path, reader.line_num, None, f"bad CSV: {exc}") from exc
-        line = reader.line_num
+            raise InputError(src.path, before + 1, None, f"bad CSV: {exc}") from exc
+        line = before + 1  # where the row starts
         if not any(c.strip() for c in cells):
             continue
         if len(cells) != len(header):
             raise InputError(src.path, line, None, f"expected {len(header)} cells, found {len(cells)}")
-        raw = lines[line - 1] if line - 1 < len(lines) else ",".join(cells)
+        raw = "".join(physical[before:reader.line_num]).rstrip("\r\n")
         rows.append((line, {h: c.strip() for h, c in zip(header, cells)}, raw))
     if not rows:
         raise InputError(src.path, None, None, "no data rows")

@@ -6,12 +6,13 @@ appends further objects, one per line; each line is then a point, and
 ``--skip-existing`` ingests only the new ones. Formats, as read from the vLLM
 wheels and repository (see tests/fixtures/vllm_bench/README.md):
 
-- 0.10.2 and later (``vllm/benchmarks/serve.py``): ``backend`` beside
-  ``endpoint_type``, ``failed``, ``max_output_tokens_per_s``,
-  ``max_concurrent_requests``, ``rtfx``, ``latencies`` and the
-  ``spec_decode_*`` keys when the server exposes speculative-decoding counters;
-- 0.9.0-0.10.1: ``endpoint_type`` (no ``backend``) and ``label``; 0.9.0 also
-  ``best_of`` and the misspelt ``request_goodput:``;
+- 0.33: ``latencies`` and ``queue_times`` (kept without ``--save-detailed``);
+  0.26: ``rtfx``; 0.16: the ``spec_decode_*`` keys (when the server exposes
+  speculative-decoding counters) and ``start_times``; 0.13: ``failed``;
+  0.11: ``backend`` beside ``endpoint_type``, ``max_output_tokens_per_s``,
+  ``max_concurrent_requests`` (each the first release checked that has it);
+- 0.9.0-0.10.2: ``endpoint_type`` (no ``backend``), ``label``, no ``failed``;
+  0.9.0 also ``best_of`` and the misspelt ``request_goodput:``;
 - ``benchmarks/benchmark_serving.py`` (before ``vllm bench``): ``backend``,
   no ``label``. In 0.9.0 and in the old script the per-request lists are
   always written, ``--save-detailed`` or not.
@@ -53,6 +54,8 @@ DETAIL_COLUMNS = {
     "input_lens": "input_len", "output_lens": "output_len", "ttfts": "ttft_s", "itls": "itl_s",
     "errors": "error", "latencies": "e2e_s", "start_times": "sent_s",
 }
+#: Our names that no vLLM key may set directly.
+OURS = (THROUGHPUT, "accept_length", "planned")
 #: The lists that only ``--save-detailed`` keeps (``latencies`` is written
 #: without it from 0.10.2 on, and alone makes no per-request record).
 DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "errors")
@@ -174,7 +177,10 @@ def _details(path: str, line: int, doc: Mapping[str, Any]) -> dict[str, object] 
         elif key == "start_times":
             _numbers(path, line, key, value)
             t0 = min(value, default=0.0)
-            out[column] = [round(t - t0, 6) for t in value]
+            sent = [round(t - t0, 6) for t in value]
+            if not all(math.isfinite(t) for t in sent):
+                raise InputError(path, line, key, "times too far apart")
+            out[column] = sent
         else:
             out[column] = _numbers(path, line, key, value)
     return out
@@ -201,7 +207,7 @@ def _metrics(path: str, line: int, doc: Mapping[str, Any]) -> dict[str, float]:
         raise InputError(path, line, "output_throughput", "expected a number >= 0")
     metrics: dict[str, float] = {THROUGHPUT: tput}
     for key, value in doc.items():
-        if key in WORKLOAD_KEYS or key in HANDLED_KEYS or key in DETAIL_COLUMNS:
+        if key in WORKLOAD_KEYS or key in HANDLED_KEYS or key in DETAIL_COLUMNS or key in OURS:
             continue
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             num = finite_number(path, line, field(key), value)
@@ -217,6 +223,8 @@ def _metrics(path: str, line: int, doc: Mapping[str, Any]) -> dict[str, float]:
         metrics["failed"] = float(sum(1 for e in errors if e))  # before 0.10.2: count the error strings
     if "completed" in metrics and "failed" in metrics:
         metrics["planned"] = metrics["completed"] + metrics["failed"]
+        if not math.isfinite(metrics["planned"]):
+            raise InputError(path, line, "completed", "too large a count")
     return metrics
 
 

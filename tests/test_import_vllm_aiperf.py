@@ -166,6 +166,8 @@ GOOD = {"max_concurrency": 4, "output_throughput": 100.0, "model_id": "m"}
         ({"errors": [1]}, "errors", "list of strings"),
         ({"input_lens": "x"}, "input_lens", "expected a list"),
         ({"bad\nkey": float("inf")}, '"bad\\nkey"', "finite"),
+        ({"completed": 1e308, "failed": 1e308}, "completed", "too large a count"),
+        ({"start_times": [1e308, -1e308], "errors": ["", ""]}, "start_times", "too far apart"),
     ],
 )
 def test_vllm_malformed_names_file_line_and_field_and_writes_nothing(
@@ -347,6 +349,8 @@ def _edit(doc: dict[str, Any], path: str, value: Any) -> None:
         ("input_config", [1], "input_config", "expected an object"),
         ("input_config.loadgen.concurrency", 0, "input_config.loadgen.concurrency", "integer >= 1"),
         ("input_config.loadgen.concurrency", "8", "input_config.loadgen.concurrency", "integer >= 1"),
+        ("request_latency", {"unit": "sec", "avg": 1e308}, "request_latency.avg", "out of range"),
+        ("benchmark_duration", {"unit": "ns", "avg": float("nan")}, None, None),
     ],
 )
 def test_aiperf_malformed_names_file_and_field_and_writes_nothing(
@@ -355,6 +359,10 @@ def test_aiperf_malformed_names_file_and_field_and_writes_nothing(
     _edit(doc, path, value)
     f = tmp_path / "bad.json"
     f.write_text(json.dumps(doc, indent=2))
+    if field is None:  # NaN (genai-perf's json.dumps can write it) means "not measured"
+        ingest.ingest_aiperf(tmp_path / "s2", str(f), **ARGS)
+        assert "duration" not in store.load(tmp_path / "s2").points[0].metrics
+        return
     with pytest.raises(InputError) as exc:
         ingest.ingest_aiperf(tmp_path / "store", str(f), **ARGS)
     assert (exc.value.path, exc.value.field) == (str(f), field)
@@ -519,3 +527,21 @@ def test_ingest_auto_refuses_an_unknown_format_and_writes_nothing(tmp_path: Path
     with pytest.raises(InputError, match="cannot read"):
         ingest.ingest_auto(tmp_path / "store", str(tmp_path / "missing.json"), **POINT_OPTS)
     assert nothing_written(tmp_path / "store")
+
+
+def test_detect_never_fails_otherwise_on_random_input() -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    seeds = [p.read_bytes()[:400] for p, _ in DETECT_CASES]
+
+    @hypothesis.settings(max_examples=300, deadline=None, database=None)
+    @hypothesis.given(st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode),
+                                st.tuples(st.sampled_from(seeds), st.binary(max_size=20), st.integers(0, 400))
+                                .map(lambda t: t[0][:t[2]] + t[1])))
+    def check(data: bytes) -> None:
+        try:
+            assert detect.detect(common.Source("r.bin", data)) in detect.FORMATS
+        except InputError as exc:
+            assert str(exc).startswith("r.bin: cannot tell the format (") and "\n" not in str(exc)
+
+    check()

@@ -219,7 +219,8 @@ def cells(data: Dataset, rules: Rules | None = None) -> list[Cell]:
                 n=int(row["n"]),
                 point_ids=tuple(str(x) for x in row["point_ids"]),
                 values=tuple(by_id[str(x)].throughput for x in row["point_ids"]),
-                series=window_series(by_id[str(row["point_ids"][0])].requests) if int(row["n"]) == 1 else (),
+                series=(window_series(by_id[str(row["point_ids"][0])].requests, concurrency=int(row["concurrency"]))
+                        if int(row["n"]) == 1 else ()),
             )
         )
     return out

@@ -32,14 +32,24 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def window_series(requests: Mapping[str, Any] | None, windows: int = WINDOWS) -> tuple[float, ...]:
+#: A run must reuse each of its C slots this many times before its time
+#: windows are treated as exchangeable: a run of one or two waves is all
+#: ramp-up and ramp-down, and resampling its windows would measure the ramp.
+MIN_WAVES = 3
+
+
+def window_series(requests: Mapping[str, Any] | None, windows: int = WINDOWS,
+                  concurrency: int = 1) -> tuple[float, ...]:
     """Output tokens/s per equal time window of one run, from its raw records.
 
     Needs the runner's columns (sent_s, event_s, event_tokens, error); returns
-    () when they are absent (e.g. imported points)."""
+    () when they are absent (e.g. imported points) or when the run is too
+    short to have a steady state (fewer than MIN_WAVES x C requests)."""
     if not requests:
         return ()
     sent, ev_s, ev_n = requests.get("sent_s"), requests.get("event_s"), requests.get("event_tokens")
+    if not isinstance(sent, list) or len(sent) < MIN_WAVES * concurrency:
+        return ()
     errors = requests.get("error") or []
     if not isinstance(sent, list) or not isinstance(ev_s, list) or not isinstance(ev_n, list):
         return ()

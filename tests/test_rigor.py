@@ -73,10 +73,11 @@ def test_bootstrap_is_deterministic_and_level_matters():
 
 def test_window_series_from_runner_records():
     # Two requests, tokens arriving evenly over 1 s.
-    req = {"sent_s": [0.0, 0.0], "event_s": [[0.1 * i for i in range(1, 11)]] * 2,
-           "event_tokens": [list(range(1, 11))] * 2, "error": ["", ""]}
+    req = {"sent_s": [0.0, 0.0, 0.0], "event_s": [[0.1 * i for i in range(1, 11)]] * 3,
+           "event_tokens": [list(range(1, 11))] * 3, "error": ["", "", ""]}
     series = window_series(req)
-    assert len(series) == 10 and sum(series) / len(series) == pytest.approx(20.0)
+    assert len(series) == 10 and sum(series) / len(series) == pytest.approx(30.0)
+    assert window_series(req, concurrency=1) == series and window_series(req, concurrency=2) == ()
     assert window_series({"ttft_s": [0.1]}) == ()  # imported details: no series
 
 

@@ -23,7 +23,7 @@ from findings.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run, Sca
 SCHEMA_VERSION = 2
 KIND = "findings-run"
 
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
 
 def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def finite(v: int | float) -> bool:
 
 
 def valid_date(text: str) -> bool:
-    if not _DATE.match(text):
+    if not _DATE.fullmatch(text):
         return False
     y, m, d = (int(x) for x in text.split("-"))
     return 1 <= m <= 12 and 1 <= d <= 31 and y >= 1970

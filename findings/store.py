@@ -141,10 +141,19 @@ def known_line_hashes(store: Path) -> frozenset[str]:
 
 def add_run(store: Path, run: Run) -> Path:
     """Check and write one run, atomically. Returns the new file's path."""
+    doc = run_to_dict(run)
+    # What is written must read back: a run the reader would refuse would make
+    # the whole store unreadable, so refuse it here, before anything is written.
+    label = f"{run.source_file or run.run_id} (as stored)"
+    try:
+        text = json.dumps(doc, allow_nan=False)
+    except ValueError as exc:
+        raise StoreError(f"{label}: cannot be stored: {exc}; nothing was written") from None
+    run_from_dict(json.loads(text), label)
     with _locked(store):
         existing = load_runs(store)
         check_new_run(existing, run)
-        return _write_new(run_path(store, run.run_id), run_to_dict(run))
+        return _write_new(run_path(store, run.run_id), doc)
 
 
 def _write_new(path: Path, doc: Mapping[str, object]) -> Path:

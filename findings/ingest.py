@@ -7,6 +7,7 @@ written, and the store write is a single atomic file.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 from findings import store
@@ -48,24 +49,6 @@ def ingest_table(store_dir: Path, file: str, configs: str | None = None,
     return _store(run, store_dir)
 
 
-def ingest_sglang_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
-                        date: str, order: int | None = None, concurrency: int | None = None,
-                        environment: str | None = None, skip_existing: bool = False) -> Ingested:
-    for label, value in (("--config", config), ("--campaign", campaign), ("--workload", workload)):
-        if not valid_name(value):
-            raise SettingsError(f"{label}: invalid name {value!r}")
-    if not valid_date(date):
-        raise SettingsError(f"--date: expected YYYY-MM-DD, got {date!r}")
-    run = sglang_bench.read(
-        common.read_source(file),
-        config=config, campaign=campaign, workload=workload, date=date, order=order,
-        concurrency=concurrency,
-        environment=common.read_environment(environment),
-        skip_lines=_skip(store_dir, skip_existing),
-    )
-    return _store(run, store_dir)
-
-
 def _check_point_options(config: str, campaign: str, workload: str, date: str) -> None:
     for label, value in (("--config", config), ("--campaign", campaign), ("--workload", workload)):
         if not valid_name(value):
@@ -74,12 +57,12 @@ def _check_point_options(config: str, campaign: str, workload: str, date: str) -
         raise SettingsError(f"--date: expected YYYY-MM-DD, got {date!r}")
 
 
-def ingest_vllm_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
-                      date: str, order: int | None = None, concurrency: int | None = None,
-                      environment: str | None = None, skip_existing: bool = False) -> Ingested:
-    """``vllm bench serve --save-result`` JSON: one point per result object."""
+def _ingest_labelled(reader: Callable[..., Run], store_dir: Path, file: str, *, config: str, campaign: str,
+                     workload: str, date: str, order: int | None, concurrency: int | None,
+                     environment: str | None, skip_existing: bool) -> Ingested:
+    """The formats whose files do not name config, campaign, workload or date."""
     _check_point_options(config, campaign, workload, date)
-    run = vllm_bench.read(
+    run = reader(
         common.read_source(file),
         config=config, campaign=campaign, workload=workload, date=date, order=order,
         concurrency=concurrency,
@@ -87,21 +70,33 @@ def ingest_vllm_bench(store_dir: Path, file: str, *, config: str, campaign: str,
         skip_lines=_skip(store_dir, skip_existing),
     )
     return _store(run, store_dir)
+
+
+def ingest_sglang_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
+                        date: str, order: int | None = None, concurrency: int | None = None,
+                        environment: str | None = None, skip_existing: bool = False) -> Ingested:
+    """``sglang.bench_serving --output-file`` JSONL: one point per line."""
+    return _ingest_labelled(sglang_bench.read, store_dir, file, config=config, campaign=campaign,
+                            workload=workload, date=date, order=order, concurrency=concurrency,
+                            environment=environment, skip_existing=skip_existing)
+
+
+def ingest_vllm_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
+                      date: str, order: int | None = None, concurrency: int | None = None,
+                      environment: str | None = None, skip_existing: bool = False) -> Ingested:
+    """``vllm bench serve --save-result`` JSON: one point per result object."""
+    return _ingest_labelled(vllm_bench.read, store_dir, file, config=config, campaign=campaign,
+                            workload=workload, date=date, order=order, concurrency=concurrency,
+                            environment=environment, skip_existing=skip_existing)
 
 
 def ingest_aiperf(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
                   date: str, order: int | None = None, concurrency: int | None = None,
                   environment: str | None = None, skip_existing: bool = False) -> Ingested:
     """AIPerf ``profile_export_aiperf.json`` (or genai-perf's): one point."""
-    _check_point_options(config, campaign, workload, date)
-    run = aiperf.read(
-        common.read_source(file),
-        config=config, campaign=campaign, workload=workload, date=date, order=order,
-        concurrency=concurrency,
-        environment=common.read_environment(environment),
-        skip_lines=_skip(store_dir, skip_existing),
-    )
-    return _store(run, store_dir)
+    return _ingest_labelled(aiperf.read, store_dir, file, config=config, campaign=campaign,
+                            workload=workload, date=date, order=order, concurrency=concurrency,
+                            environment=environment, skip_existing=skip_existing)
 
 
 def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campaign: str | None = None,

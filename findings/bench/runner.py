@@ -47,6 +47,9 @@ class BenchOptions:
     progress: bool = True
     root: Path | None = None  # for the git commit in provenance
     matrix: Path | None = None  # the matrix file, hashed into each run's inputs
+    # Computed once per invocation by run_matrix, not once per point:
+    commit: str | None = None  # git commit of the findings repo
+    matrix_input: Input | None = None
 
 
 @dataclass
@@ -207,18 +210,15 @@ def _store_point(opts: BenchOptions, target: _Target, campaign: Campaign, w: Wor
         provenance["launch_command"] = serverinfo.redact(" ".join(target.server.command))
         for k, v in sorted(target.spec.env.items()):
             provenance[f"env.{k}"] = serverinfo.REDACTED if serverinfo.secret_name(k) else serverinfo.redact(v)
-    commit = git_commit(opts.root)
-    if commit:
-        provenance["findings_commit"] = commit
+    if opts.commit:
+        provenance["findings_commit"] = opts.commit
     identity = {"campaign": campaign.name, "config": target.spec.name, "workload": w.name, "c": concurrency,
                 "repeat": repeat, "metrics": metrics, "started": started_wall}
     rid, sha = _run_id(identity)
     point = Point(id=point_id(rid, 0), run_id=rid, campaign=campaign.name, config=target.spec.name,
                   workload=w.name, concurrency=concurrency, metrics=metrics, source=source,
                   source_file=None, source_line=None, workload_params=params, requests=requests)
-    extra: tuple[Input, ...] = ()
-    if opts.matrix is not None and opts.matrix.is_file():
-        extra = (Input(str(opts.matrix), hashlib.sha256(opts.matrix.read_bytes()).hexdigest(), "matrix"),)
+    extra: tuple[Input, ...] = (opts.matrix_input,) if opts.matrix_input else ()
     run = Run(schema_version=SCHEMA_VERSION, run_id=rid, source=source, importer=IMPORTER,
               importer_version=IMPORTER_VERSION, tool_version=__version__, created_at=_now_iso(),
               source_file=None, source_sha256=sha, environment=environment, campaigns=(campaign,),
@@ -327,6 +327,10 @@ def _check_store(target: _Target, opts: BenchOptions) -> None:
 
 def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] | None = None) -> BenchReport:
     report = BenchReport()
+    matrix_input = None
+    if opts.matrix is not None and opts.matrix.is_file():
+        matrix_input = Input(str(opts.matrix), hashlib.sha256(opts.matrix.read_bytes()).hexdigest(), "matrix")
+    opts = replace(opts, commit=git_commit(opts.root), matrix_input=matrix_input)
     environment = host.facts()
     stamp = int(time.strftime("%H%M%S", time.gmtime()))
     try:

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test render demo bench soak typecheck seed clean
+.PHONY: test render demo bench soak typecheck seed clean perf
 
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
@@ -49,6 +49,16 @@ demo: $(STAMP)
 		render --output build/demo/eagle-fast-verify.md
 	$(BIN)/findings --settings benchmarks/emulated.findings.toml --store build/demo/store conclusions
 	@echo "demo document: build/demo/eagle-fast-verify.md"
+
+# Measure findings itself (client capacity and timing against the peer
+# sglang.bench_serving and a plain aiohttp client, render scaling, the
+# emulator's limits) into benchmarks/perf/results and render
+# docs/performance.md from it. Builds the peer's own venv first (once).
+# PERF_ARGS="--clients findings-bench,aiohttp-reference" runs without the peer.
+PERF_ARGS ?=
+perf: $(STAMP)
+	$(if $(findstring --clients,$(PERF_ARGS)),,bash benchmarks/peer/setup.sh)
+	$(BIN)/python benchmarks/perf/perf.py $(PERF_ARGS)
 
 # Rebuild the committed seed store from benchmarks/history/ (into an empty store).
 seed: $(STAMP)

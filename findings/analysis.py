@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
-import pandas as pd
-
-from findings.model import THROUGHPUT, Dataset
-from findings.stats import ratio_ci, window_series
+from findings.model import THROUGHPUT, Dataset, Point
+from findings.stats import ratio_bounds, ratio_ci, window_series
 from findings.validity import Gates, flagged
 
 WIN, TIE, LOSS = "win", "tie", "loss"
@@ -76,7 +74,10 @@ class Comparison:
     band: float
     paired: bool
     drift: float
-    #: Bootstrap interval of the ratio, when repeats or per-request records allow one.
+    #: Bootstrap interval of the ratio, when repeats or per-request records allow one;
+    #: None as well in a comparison made for its verdict only (the history, the
+    #: cross-checks, a best's lead) where no interval could change the verdict:
+    #: the ratio inside the band, or every resampled ratio on one side of 1.
     ci: tuple[float, float] | None = None
     method: str = "band"  # "band" | "bootstrap-repeats" | "bootstrap-blocks"
 
@@ -168,72 +169,103 @@ def analysis_workload(workload: str, simulated: bool) -> str:
     return workload + SIMULATED_SUFFIX if simulated else workload
 
 
-def frame(data: Dataset, rules: Rules | None = None) -> pd.DataFrame:
-    """One row per point that passes the validity gates."""
+def cells(data: Dataset, rules: Rules | None = None,
+          flags: Mapping[str, tuple[str, ...]] | None = None) -> list[Cell]:
+    """Cells of the valid points (all points when no rules are given).
+
+    Sorted by (workload, campaign, rank, config, concurrency); a cell's
+    points are in point-id order. ``flags``: ``flagged(data, rules.gates)``,
+    if the caller has it."""
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
-    skip = flagged(data, rules.gates) if rules is not None else {}
-    rows = [
-        {
-            "workload": analysis_workload(p.workload, p.simulated),
-            "campaign": p.campaign,
-            "rank": rank[p.campaign],
-            "config": p.config,
-            "concurrency": p.concurrency,
-            "throughput": p.metrics[THROUGHPUT],
-            "point_id": p.id,
-        }
-        for p in data.points
-        if p.id not in skip
-    ]
-    columns = ["workload", "campaign", "rank", "config", "concurrency", "throughput", "point_id"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def cells(data: Dataset, rules: Rules | None = None) -> list[Cell]:
-    """Cells of the valid points (all points when no rules are given)."""
-    df = frame(data, rules)
-    by_id = {p.id: p for p in data.points}
-    if df.empty:
-        return []
-    keys = ["workload", "campaign", "rank", "config", "concurrency"]
-    df = df.sort_values(keys + ["point_id"], kind="stable")
-    grouped = df.groupby(keys, sort=True).agg(
-        mean=("throughput", "mean"),
-        lo=("throughput", "min"),
-        hi=("throughput", "max"),
-        n=("throughput", "size"),
-        point_ids=("point_id", tuple),
-    )
+    skip = (flagged(data, rules.gates) if flags is None else flags) if rules is not None else {}
+    groups: dict[tuple[str, str, int, str, int], list[Point]] = {}
+    suffix = {False: "", True: SIMULATED_SUFFIX}
+    for p in data.points:
+        if p.id in skip or THROUGHPUT not in p.metrics:
+            continue
+        key = (p.workload + suffix[p.source == "simulated"], p.campaign, rank[p.campaign], p.config, p.concurrency)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [p]
+        else:
+            group.append(p)
     out = []
-    for row in grouped.reset_index().to_dict("records"):
-        out.append(
-            Cell(
-                workload=str(row["workload"]),
-                campaign=str(row["campaign"]),
-                rank=int(row["rank"]),
-                config=str(row["config"]),
-                concurrency=int(row["concurrency"]),
-                mean=float(row["mean"]),
-                lo=float(row["lo"]),
-                hi=float(row["hi"]),
-                n=int(row["n"]),
-                point_ids=tuple(str(x) for x in row["point_ids"]),
-                values=tuple(by_id[str(x)].throughput for x in row["point_ids"]),
-                series=(window_series(by_id[str(row["point_ids"][0])].requests, concurrency=int(row["concurrency"]))
-                        if int(row["n"]) == 1 else ()),
-            )
-        )
+    for key in sorted(groups):
+        pts = groups[key]
+        workload, campaign, r, config, conc = key
+        if len(pts) == 1:
+            p = pts[0]
+            value = p.metrics[THROUGHPUT]
+            out.append(Cell(workload=workload, campaign=campaign, rank=r, config=config, concurrency=conc,
+                            mean=value, lo=value, hi=value, n=1, point_ids=(p.id,), values=(value,),
+                            series=window_series(p.requests, concurrency=conc) if p.requests else ()))
+            continue
+        pts.sort(key=lambda p: p.id)
+        values = tuple(p.metrics[THROUGHPUT] for p in pts)
+        out.append(Cell(workload=workload, campaign=campaign, rank=r, config=config, concurrency=conc,
+                        mean=_mean(values), lo=min(values), hi=max(values), n=len(values),
+                        point_ids=tuple(p.id for p in pts), values=values))
     return out
 
 
-class Table:
-    """Cells of one workload, indexed for the comparisons."""
+def _mean(values: tuple[float, ...]) -> float:
+    """The correctly rounded sum over n: the same bits in any order, on any
+    platform (for one or two values, exactly what pandas gave)."""
+    return math.fsum(values) / len(values)
 
-    def __init__(self, cells: Iterable[Cell], rules: Rules) -> None:
+
+class Table:
+    """Cells of one workload, indexed for the comparisons.
+
+    Cells can be added campaign by campaign (``add``), which is how the
+    history replays a store without re-deriving everything before each
+    campaign: every lookup below costs the same however many campaigns the
+    table holds.
+    """
+
+    def __init__(self, cells: Iterable[Cell], rules: Rules, verdicts_only: bool = False) -> None:
         self.rules = rules
+        #: Comparisons for their verdicts only (see compare_cells): the history's.
+        self.verdicts_only = verdicts_only
         self.by_key: dict[tuple[str, int], dict[str, Cell]] = {}
-        for cell in cells:
-            self.by_key.setdefault((cell.config, cell.concurrency), {})[cell.campaign] = cell
+        self.configs: tuple[str, ...] = ()
+        self.concurrencies: tuple[int, ...] = ()
+        self.drift: dict[int, float] = {}
+        self._latest: dict[tuple[str, int], Cell] = {}
+        #: (C, campaign) -> config -> cell: who was measured together.
+        self._together: dict[tuple[int, str], dict[str, Cell]] = {}
+        #: (config a, config b, C) -> the latest campaign that measured both.
+        self._common: dict[tuple[str, str, int], Cell] = {}
+        #: C -> [sum, min, max, count] of the baseline's campaign means.
+        self._base: dict[int, list[float]] = {}
+        self.add(cells)
+
+    def add(self, cells: Iterable[Cell]) -> None:
+        """Add cells, each (config, C, campaign) once: a campaign's cells
+        after those of the campaigns before it, as the history does (the
+        baseline's drift is summed in the order cells arrive)."""
+        for cell in sorted(cells, key=lambda c: c.rank):
+            key = (cell.config, cell.concurrency)
+            self.by_key.setdefault(key, {})[cell.campaign] = cell
+            latest = self._latest.get(key)
+            if latest is None or cell.rank > latest.rank:
+                self._latest[key] = cell
+            together = self._together.setdefault((cell.concurrency, cell.campaign), {})
+            for other in together.values():
+                for pair in ((cell.config, other.config), (other.config, cell.config)):
+                    common = self._common.get(pair + (cell.concurrency,))
+                    if common is None or cell.rank > common.rank:
+                        self._common[pair + (cell.concurrency,)] = cell
+            together[cell.config] = cell
+            if cell.config == self.rules.baseline:
+                acc = self._base.get(cell.concurrency)
+                if acc is None:
+                    self._base[cell.concurrency] = [cell.mean, cell.mean, cell.mean, 1.0]
+                else:
+                    acc[0] += cell.mean
+                    acc[1] = min(acc[1], cell.mean)
+                    acc[2] = max(acc[2], cell.mean)
+                    acc[3] += 1
         self.configs = tuple(sorted({k[0] for k in self.by_key}, key=self.config_order))
         self.concurrencies = tuple(sorted({k[1] for k in self.by_key}))
         self.drift = {c: self._drift(c) for c in self.concurrencies}
@@ -242,20 +274,24 @@ class Table:
         return (0 if name == self.rules.baseline else 1, name)
 
     def _drift(self, conc: int) -> float:
-        means = [c.mean for c in self.by_key.get((self.rules.baseline, conc), {}).values()]
-        if len(means) < 2:
+        """(max - min) / mean of the baseline's campaign means at C (summed in replay order)."""
+        acc = self._base.get(conc)
+        if acc is None or acc[3] < 2:
             return 0.0
-        avg = sum(means) / len(means)
-        return (max(means) - min(means)) / avg if avg > 0 else 0.0
+        total, lo, hi, n = acc
+        avg = total / n
+        return (hi - lo) / avg if avg > 0 else 0.0
 
     def cells_of(self, config: str, conc: int) -> dict[str, Cell]:
         return self.by_key.get((config, conc), {})
 
     def latest(self, config: str, conc: int) -> Cell | None:
-        found = self.cells_of(config, conc)
-        return max(found.values(), key=lambda c: c.rank) if found else None
+        return self._latest.get((config, conc))
 
-    def compare_cells(self, a: Cell, b: Cell) -> Comparison | None:
+    def compare_cells(self, a: Cell, b: Cell, verdict_only: bool | None = None) -> Comparison | None:
+        """``verdict_only`` (default: the table's): skip the bootstrap where its
+        interval cannot change the verdict (see _verdict_settled); the
+        comparison then has no ``ci``."""
         if b.mean <= 0:
             return None
         floor = self.rules.noise_floor
@@ -263,40 +299,55 @@ class Table:
         band = max(floor, a.spread, b.spread, drift)
         paired = a.campaign == b.campaign
         ci, method = None, "band"
+        samples: tuple[tuple[float, ...], tuple[float, ...]] | None = None
         mode = self.rules.interval
         if mode != "band" and a.n >= 2 and b.n >= 2:
-            ci, method = self._ci(a.values, b.values, a, b), "bootstrap-repeats"
+            samples, method = (a.values, b.values), "bootstrap-repeats"
             band = max(floor, drift)  # the interval, not the range, carries the repeat noise
         elif mode == "auto" and a.series and b.series:
-            ci, method = self._ci(a.series, b.series, a, b), "bootstrap-blocks"
+            samples, method = (a.series, b.series), "bootstrap-blocks"
         if not paired:
             band += max(floor, drift)
-        return Comparison(a=a, b=b, ratio=a.mean / b.mean, band=band, paired=paired, drift=drift,
-                          ci=ci, method=method)
+        ratio = a.mean / b.mean
+        delta = ratio - 1.0
+        lazy = self.verdicts_only if verdict_only is None else verdict_only
+        if samples is not None and not (lazy and _verdict_settled(samples, delta, band)):
+            ci = self._ci(samples[0], samples[1], a, b)
+        return Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci, method=method)
 
     def _ci(self, a: tuple[float, ...], b: tuple[float, ...], ca: Cell, cb: Cell) -> tuple[float, float] | None:
         lo, hi = ratio_ci(a, b, self.rules.confidence, self.rules.resamples,
                           "|".join(ca.point_ids + cb.point_ids))
         return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
 
-    def compare(self, a: str, b: str, conc: int) -> Comparison | None:
+    def compare(self, a: str, b: str, conc: int, verdict_only: bool | None = None) -> Comparison | None:
         """``a`` against ``b`` at one C: paired in their latest common campaign if any."""
         ca, cb = self.cells_of(a, conc), self.cells_of(b, conc)
         if not ca or not cb:
             return None
-        common = set(ca) & set(cb)
-        if common:
-            campaign = max(common, key=lambda n: ca[n].rank)
-            return self.compare_cells(ca[campaign], cb[campaign])
+        common = self.latest(a, conc) if a == b else self._common.get((a, b, conc))
+        if common is not None:
+            return self.compare_cells(ca[common.campaign], cb[common.campaign], verdict_only)
         la, lb = self.latest(a, conc), self.latest(b, conc)
         assert la is not None and lb is not None
-        return self.compare_cells(la, lb)
+        return self.compare_cells(la, lb, verdict_only)
 
     def peak(self, config: str) -> Cell | None:
         """The config's highest current throughput: the latest cell at each C."""
         current = [self.latest(config, c) for c in self.concurrencies]
         found = [c for c in current if c is not None]
         return max(found, key=lambda c: (c.mean, -c.concurrency)) if found else None
+
+
+def _verdict_settled(samples: tuple[tuple[float, ...], tuple[float, ...]], delta: float, band: float) -> bool:
+    """Whether the verdict is known without the bootstrap: inside the band it
+    is a tie whatever the interval; beyond it, a win (loss) needs the
+    interval above (below) 1, which it is for certain when every resampled
+    ratio is (stats.ratio_bounds)."""
+    if -band <= delta <= band:
+        return True
+    bounds = ratio_bounds(*samples)
+    return bounds is not None and (bounds[0] > 1.0 if delta > band else bounds[1] < 1.0)
 
 
 # ---------------------------------------------------------------- policy
@@ -335,14 +386,21 @@ def _best(table: Table, regime: str, scored: list[tuple[float, str, Cell]]) -> B
     if len(scored) > 1:
         _, runner, runner_cell = scored[1]
         if regime == "latency":
-            lead = table.compare(best, runner, cell.concurrency)
+            lead = table.compare(best, runner, cell.concurrency, verdict_only=True)
         else:
-            lead = table.compare_cells(cell, runner_cell)
+            lead = table.compare_cells(cell, runner_cell, verdict_only=True)
     return Best(regime=regime, config=best, cell=cell, lead=lead)
 
 
 def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> WorkloadConclusion:
-    table = Table(wcells, rules)
+    return conclude_table(workload, Table(wcells, rules))
+
+
+def conclude_table(workload: str, table: Table, cross: bool = True) -> WorkloadConclusion:
+    """The conclusion of one workload's table. Without ``cross``, candidates
+    are not set against the baseline of every other campaign (the history
+    does not need it, and it grows with the number of campaigns)."""
+    rules = table.rules
     base = rules.baseline
     candidates = []
     for config in table.configs:
@@ -351,13 +409,14 @@ def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> Worklo
         comps = [table.compare(config, base, c) for c in table.concurrencies]
         found = tuple(c for c in comps if c is not None)
         pol, threshold = policy([(c.concurrency, c.verdict) for c in found])
-        cross = tuple(
+        others = tuple(
             x
             for comp in found
             for other in sorted(table.cells_of(base, comp.concurrency).values(), key=lambda c: c.rank)
-            if other.campaign != comp.b.campaign and (x := table.compare_cells(comp.a, other)) is not None
-        )
-        candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found, cross=cross))
+            if other.campaign != comp.b.campaign
+            and (x := table.compare_cells(comp.a, other, verdict_only=True)) is not None
+        ) if cross else ()
+        candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found, cross=others))
 
     latency = None
     if table.concurrencies:
@@ -373,7 +432,7 @@ def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> Worklo
             elif config == base:
                 score = 1.0
             else:
-                comp = table.compare(config, base, low)
+                comp = table.compare(config, base, low, verdict_only=True)
                 score = comp.ratio if comp else 0.0
                 cell = comp.a if comp else cell
             scored.append((score, config, cell))
@@ -393,30 +452,39 @@ def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> Worklo
     )
 
 
-def conclude(data: Dataset, rules: Rules) -> Conclusions:
+def workload_tables(all_cells: Iterable[Cell], rules: Rules) -> dict[str, Table]:
+    """One Table per workload, in workload order."""
     by_workload: dict[str, list[Cell]] = {}
-    for cell in cells(data, rules):
+    for cell in all_cells:
         by_workload.setdefault(cell.workload, []).append(cell)
-    return Conclusions(
-        rules=rules,
-        workloads=tuple(conclude_workload(w, cs, rules) for w, cs in sorted(by_workload.items())),
-    )
+    return {w: Table(cs, rules) for w, cs in sorted(by_workload.items())}
 
 
-def campaign_comparisons(data: Dataset, rules: Rules) -> Mapping[tuple[str, str], list[Comparison]]:
+def conclude(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
+             tables: Mapping[str, Table] | None = None) -> Conclusions:
+    """The current conclusions. ``all_cells``: ``cells(data, rules)``, and
+    ``tables``: ``workload_tables`` of them, if the caller has them."""
+    if tables is None:
+        tables = workload_tables(cells(data, rules) if all_cells is None else all_cells, rules)
+    return Conclusions(rules=rules, workloads=tuple(conclude_table(w, t) for w, t in sorted(tables.items())))
+
+
+def campaign_comparisons(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
+                         campaigns: Collection[str] | None = None,
+                         tables: Mapping[str, Table] | None = None) -> Mapping[tuple[str, str], list[Comparison]]:
     """Within-campaign comparisons of every candidate with the baseline.
 
-    Keyed by (campaign, workload). The noise band uses everything known now,
-    so an old campaign's table shows its numbers judged by today's noise
-    estimate.
+    Keyed by (campaign, workload); only of ``campaigns``, if given. The
+    noise band uses everything known now, so an old campaign's table shows
+    its numbers judged by today's noise estimate.
     """
-    all_cells = cells(data, rules)
-    tables: dict[str, Table] = {}
-    for w in sorted({c.workload for c in all_cells}):
-        tables[w] = Table([c for c in all_cells if c.workload == w], rules)
+    if all_cells is None:
+        all_cells = cells(data, rules)
+    if tables is None:
+        tables = workload_tables(all_cells, rules)
     out: dict[tuple[str, str], list[Comparison]] = {}
     for cell in all_cells:
-        if cell.config == rules.baseline:
+        if cell.config == rules.baseline or (campaigns is not None and cell.campaign not in campaigns):
             continue
         table = tables[cell.workload]
         base = table.cells_of(rules.baseline, cell.concurrency).get(cell.campaign)

@@ -234,6 +234,8 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
 @click.option("--speed", type=click.FloatRange(min=0.001), default=1.0, show_default=True,
               help="Run the model this many times faster (ratios are preserved; absolute figures are not).")
 @click.option("--ground-truth", is_flag=True, help="Put the emulator's own timestamps in meta_info.")
+@click.option("--ground-truth-log", type=click.Path(dir_okay=False), default=None,
+              help="Append one JSON line per finished request (arrival, every write) to this file.")
 @click.option("--startup-delay", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Seconds during which /health answers 503.")
 @click.option("--max-running", type=click.IntRange(min=1), default=None, help="Cap on running requests.")
@@ -248,7 +250,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
 @click.option("--die-after", type=click.IntRange(min=1), default=None,
               help="Exit abruptly after this many completed requests.")
 def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_truth: bool,
-            startup_delay: float, max_running: int | None, error_rate: float, drop_rate: float,
+            ground_truth_log: str | None, startup_delay: float, max_running: int | None, error_rate: float, drop_rate: float,
             stall_rate: float, stall_s: float, die_after: int | None) -> None:
     """Serve SGLang's API from a calibrated emulator. Everything it produces is simulated."""
     from findings.emulator import model as emodel
@@ -260,7 +262,8 @@ def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_
     faults = eserver.Faults(error_rate=error_rate, drop_rate=drop_rate, stall_rate=stall_rate, stall_s=stall_s,
                             die_after=die_after)
     _run(eserver.serve, eserver.EmulatorOptions(host=host, port=port, profile=profile, seed=seed, speed=speed,
-                                                ground_truth=ground_truth, startup_delay_s=startup_delay,
+                                                ground_truth=ground_truth, ground_truth_log=ground_truth_log,
+                                                startup_delay_s=startup_delay,
                                                 max_running_requests=max_running, faults=faults))
 
 

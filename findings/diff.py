@@ -199,13 +199,14 @@ class Side:
 
 def derive(data: Dataset, settings: Settings) -> Side:
     rules = settings.rules
+    valid = cells(data, rules)
     return Side(
         data=data,
-        json=to_json(conclude(data, rules), replay(data, rules)),
+        json=to_json(conclude(data, rules, valid), replay(data, rules, valid)),
         cells={(c.campaign, c.workload, c.config, c.concurrency): c for c in cells(data)},
         tables={
             (campaign, workload, comp.a.config, comp.concurrency): comp
-            for (campaign, workload), comps in campaign_comparisons(data, rules).items()
+            for (campaign, workload), comps in campaign_comparisons(data, rules, valid).items()
             for comp in comps
         },
     )

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from findings import fmt, render, report, store
-from findings.analysis import conclude
+from findings import fmt, pivot, render, report, store
+from findings.analysis import cells, conclude
 from findings.conclusions_json import to_json
 from findings.errors import FindingsError
 from findings.history import replay
@@ -34,7 +34,8 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
     data = store.load(settings.store)
     if not data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
-    doc = report.build(data, settings.rules, settings.title, _label(settings), settings.slo)
+    doc = report.build(data, settings.rules, settings.title, _label(settings), settings.slo,
+                       settings.detail_campaigns)
     plots: dict[str, Any] = {}
     if settings.plots:
         from findings.plots import file_name
@@ -45,7 +46,7 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
                     name = file_name(c["name"], w["name"])
                     w["chart"]["svg"] = f"{folder}/{name}"
                     plots[name] = w["chart"]
-    return render.render(settings.templates, settings.template, doc), plots
+    return render.render(settings.templates, settings.template, doc, pivot.template_functions(data)), plots
 
 
 def render_text(settings: Settings) -> str:
@@ -92,7 +93,9 @@ def render_document(settings: Settings, output: str | None = None, check: bool =
 
 def conclusions(settings: Settings) -> dict[str, Any]:
     data = store.load(settings.store)
-    return to_json(conclude(data, settings.rules), replay(data, settings.rules), flagged(data, settings.rules.gates))
+    flags = flagged(data, settings.rules.gates)
+    valid = cells(data, settings.rules, flags)
+    return to_json(conclude(data, settings.rules, valid), replay(data, settings.rules, valid), flags)
 
 
 def conclusions_json(settings: Settings) -> str:

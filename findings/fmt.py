@@ -44,13 +44,19 @@ _MD_SPECIAL = str.maketrans({
 _EDGE_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
+_NEEDS_ESCAPE = re.compile(r"[\\|*`\[\]<>&#\n\r\t_]")
+
+
 def text(value: object) -> str:
     """Data as inert markdown text: no tables broken, no HTML, no links.
 
     Underscores inside words cannot start emphasis in GFM, so only those at
     a word's edge are escaped; that keeps ``tp_size`` readable in the source.
     """
-    return _EDGE_UNDERSCORE.sub(r"\\_", str(value).translate(_MD_SPECIAL))
+    s = str(value)
+    if not _NEEDS_ESCAPE.search(s):  # most table cells: nothing to escape
+        return s
+    return _EDGE_UNDERSCORE.sub(r"\\_", s.translate(_MD_SPECIAL))
 
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9 ._:/+=,@%~()-]+$")

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from findings import fmt
-from findings.analysis import Best, Candidate, Comparison, Conclusions, Rules, WorkloadConclusion, conclude
+from findings.analysis import (Best, Candidate, Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion, cells,
+                               conclude_table)
 from findings.model import Campaign, Dataset
 
 
@@ -34,6 +35,8 @@ class Change:
 @dataclass(frozen=True)
 class Entry:
     campaign: Campaign
+    #: The conclusions as they stood after this campaign, without the
+    #: cross-checks against other campaigns' baselines (Candidate.cross).
     conclusions: Conclusions
     changes: tuple[Change, ...]
 
@@ -98,11 +101,34 @@ def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion) -> li
     return out
 
 
-def replay(data: Dataset, rules: Rules) -> list[Entry]:
+def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None) -> list[Entry]:
+    """Each campaign in turn, with the conclusions from all data up to it.
+
+    The conclusions after campaign k are those of ``conclude(data.upto(k))``
+    (less the cross-checks): a cell depends only on its own campaign's
+    points, so the cells are derived once and added to per-workload tables
+    campaign by campaign, instead of re-deriving every prefix of the store.
+    ``all_cells``: ``cells(data, rules)``, if the caller has them.
+    """
+    by_rank: dict[int, list[Cell]] = {}
+    for cell in cells(data, rules) if all_cells is None else all_cells:
+        by_rank.setdefault(cell.rank, []).append(cell)
+    tables: dict[str, Table] = {}
+    concluded: dict[str, WorkloadConclusion] = {}
     entries: list[Entry] = []
     previous: Conclusions | None = None
-    for campaign in data.campaigns:
-        current = conclude(data.upto(campaign.name), rules)
+    for rank, campaign in enumerate(data.campaigns):
+        new: dict[str, list[Cell]] = {}
+        for cell in by_rank.get(rank, []):
+            new.setdefault(cell.workload, []).append(cell)
+        for workload, added in new.items():
+            if workload in tables:
+                tables[workload].add(added)
+            else:
+                tables[workload] = Table(added, rules, verdicts_only=True)
+            # A workload this campaign did not measure concludes as before.
+            concluded[workload] = conclude_table(workload, tables[workload], cross=False)
+        current = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
         changes: list[Change] = []
         for wc in current.workloads:
             old = previous.workload(wc.workload) if previous else None

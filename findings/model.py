@@ -42,7 +42,9 @@ class Campaign:
 
 @dataclass(frozen=True)
 class Point:
-    """One stored measurement. ``metrics`` always holds THROUGHPUT."""
+    """One stored measurement. ``metrics`` holds THROUGHPUT, except for points
+    that measure something other than a server's output (findings' own
+    render times in the perf store), which the analysis leaves out."""
 
     id: str
     run_id: str

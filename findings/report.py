@@ -6,12 +6,12 @@ only format. Table cells are raw strings; the renderer escapes them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from findings import fmt, prose, views
 from findings.analysis import (Cell, Comparison, Conclusions, Rules, analysis_workload, campaign_comparisons,
-                               cells, conclude)
+                               cells, conclude, workload_tables)
 from findings.history import Entry, replay
 from findings.model import Dataset, Point, Scalar
 from findings.validity import flagged
@@ -53,8 +53,15 @@ class Labels:
                                                       p.config != rules.baseline, p.config, p.concurrency, p.id))
         self.points = ordered
         self.of = {p.id: f"P{i}" for i, p in enumerate(ordered, start=1)}
+        #: The point ids the document cites, for an appendix of only those.
+        self.cited: set[str] = set()
+
+    def label(self, point_id: str) -> str:
+        self.cited.add(point_id)
+        return self.of[point_id]
 
     def cell(self, ids: tuple[str, ...]) -> str:
+        self.cited.update(ids)
         labels = [self.of[i] for i in ids]
         nums = sorted(int(x[1:]) for x in labels)
         if len(nums) > 2 and nums[-1] - nums[0] == len(nums) - 1:
@@ -78,13 +85,15 @@ def _verdict_table(conclusions: Conclusions, workload: str, labels: Labels) -> T
     return Table(headers, tuple(rows), ("right",) + ("left",) * len(wc.candidates))
 
 
-def _campaign_table(data: Dataset, rules: Rules, campaign: str, workload: str, comps: list[Comparison],
-                    valid: list[Cell], flags: dict[str, tuple[str, ...]], labels: Labels) -> Table:
-    pts = [p for p in data.points
-           if p.campaign == campaign and analysis_workload(p.workload, p.simulated) == workload]
+def _campaign_table(rules: Rules, pts: list[Point], mine: list[Cell], comps: list[Comparison],
+                    flags: dict[str, tuple[str, ...]], labels: Labels) -> Table:
+    """One campaign's table for one workload: ``pts`` its points, ``mine`` its valid cells."""
     configs = sorted({p.config for p in pts}, key=lambda n: (n != rules.baseline, n))
     concs = sorted({p.concurrency for p in pts})
-    by = {(c.config, c.concurrency): c for c in valid if c.campaign == campaign and c.workload == workload}
+    by = {(c.config, c.concurrency): c for c in mine}
+    at: dict[tuple[str, int], list[Point]] = {}
+    for p in pts:
+        at.setdefault((p.config, p.concurrency), []).append(p)
     cands = [n for n in configs if n != rules.baseline and any(x.a.config == n for x in comps)]
     by_comp = {(x.a.config, x.concurrency): x for x in comps}
     headers = (("C",) + tuple(f"{n} tok/s" for n in configs) + tuple(f"{n} vs {rules.baseline}" for n in cands)
@@ -95,9 +104,10 @@ def _campaign_table(data: Dataset, rules: Rules, campaign: str, workload: str, c
         ids: list[str] = []
         for n in configs:
             cell = by.get((n, conc))
-            bad = [p for p in pts if p.config == n and p.concurrency == conc and p.id in flags]
+            here = at.get((n, conc), [])
+            bad = [p for p in here if p.id in flags]
             mark = f" ⚠ {len(bad)} flagged" if bad else ""
-            ids.extend(p.id for p in pts if p.config == n and p.concurrency == conc)
+            ids.extend(p.id for p in here)
             if cell is None:
                 row.append(f"—{mark}")
             elif cell.n > 1:
@@ -137,8 +147,8 @@ def _latency_table(vs: list[views.CellView], rules: Rules, spec: set[str], label
                  ("right", "left", "right", "right", "right", "right", "right", "left", "left"))
 
 
-def _chart(campaign: str, workload: str, valid: list[Cell], rules: Rules) -> dict[str, Any] | None:
-    mine = [c for c in valid if c.campaign == campaign and c.workload == workload]
+def _chart(campaign: str, workload: str, mine: list[Cell], rules: Rules) -> dict[str, Any] | None:
+    """``mine``: the valid cells of this campaign and workload."""
     xs = sorted({c.concurrency for c in mine})
     if len(xs) < 2:
         return None
@@ -216,17 +226,26 @@ def _sources(points: list[Point], data: Dataset) -> list[str]:
     return out
 
 
-def _environment(data: Dataset) -> Table:
+def _environment(data: Dataset, limit: int) -> Table:
     facts: dict[str, dict[str, set[str]]] = {}
     run_campaigns = {r.run_id: sorted({c.name for c in r.campaigns}) for r in data.runs}
     for run in data.runs:
         for k, v in run.environment.items():
             facts.setdefault(k, {}).setdefault(_scalar(v), set()).update(run_campaigns[run.run_id])
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
     rows = []
     for k in sorted(facts):
         for value in sorted(facts[k]):
-            rows.append((k, value, ", ".join(sorted(facts[k][value]))))
+            rows.append((k, value, _campaign_names(facts[k][value], rank, limit)))
     return Table(("Fact", "Value", "Campaigns"), tuple(rows), ("left", "left", "left"))
+
+
+def _campaign_names(names: set[str], rank: dict[str, int], limit: int) -> str:
+    """All names, or beyond ``limit`` (0: no limit) the count and the first and last in replay order."""
+    if not limit or len(names) <= limit:
+        return ", ".join(sorted(names))
+    ordered = sorted(names, key=lambda n: rank.get(n, -1))
+    return f"{len(names)} campaigns, from {ordered[0]} to {ordered[-1]}"
 
 
 #: Facts kept in the store but too long or too minor for the document's table.
@@ -247,21 +266,31 @@ def _configs(data: Dataset, rules: Rules) -> Table:
     return Table(("Config", "Facts"), tuple(rows), ("left", "left"))
 
 
-def _history(entries: list[Entry]) -> tuple[list[dict[str, Any]], list[str]]:
-    changed, unchanged = [], []
+def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], list[str], dict[str, Any] | None]:
+    """The entries that changed something and the names of those that did not;
+    beyond ``limit`` (0: no limit) only the latest of each, and a summary of
+    the rest."""
+    changed: list[dict[str, Any]] = []
+    unchanged: list[str] = []
     for e in entries:
         if e.changes:
-            changed.append({"campaign": e.campaign.name, "when": e.campaign.when,
+            changed.append({"number": len(changed) + 1, "campaign": e.campaign.name, "when": e.campaign.when,
                             "changes": [c.text for c in e.changes]})
         else:
             unchanged.append(e.campaign.name)
-    return changed, unchanged
+    if not limit or (len(changed) <= limit and len(unchanged) <= limit):
+        return changed, unchanged, None
+    earlier = {"changed": max(0, len(changed) - limit), "unchanged": max(0, len(unchanged) - limit),
+               "first": entries[0].campaign.name}
+    return changed[-limit:], unchanged[-limit:], earlier
 
 
-def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset) -> Table:
+def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool) -> Table:
     runs = {r.run_id: r for r in data.runs}
     rows = []
     for p in labels.points:
+        if only_cited and p.id not in labels.cited:
+            continue
         run = runs.get(p.run_id)
         src = (run.source_file if run and run.source_file else p.source)
         where = f"{src}:{p.source_line}" if p.source_line is not None else str(src)
@@ -272,22 +301,47 @@ def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset) 
 
 
 def build(data: Dataset, rules: Rules, title: str, store_label: str,
-          slo: views.Slo = views.Slo()) -> dict[str, Any]:
-    conclusions = conclude(data, rules)
-    entries = replay(data, rules)
-    comps = campaign_comparisons(data, rules)
+          slo: views.Slo = views.Slo(), detail: int = 0) -> dict[str, Any]:
+    """The document's content. ``detail``: how many of the latest campaigns
+    get a section of their own (0: all); lists that grow with the number of
+    campaigns (history, campaign names, flagged points, cross-checks, the
+    appendix) stop at the same number, so the document stays readable, and
+    quick to render, however long the store's history."""
+    shown = data.campaigns[-detail:] if detail else data.campaigns
+    hidden = data.campaigns[:len(data.campaigns) - len(shown)]
+    shown_names = {c.name for c in shown}
     flags = flagged(data, rules.gates)
+    valid = cells(data, rules, flags)
+    tables = workload_tables(valid, rules)
+    conclusions = conclude(data, rules, valid, tables)
+    entries = replay(data, rules, valid)
+    comps = campaign_comparisons(data, rules, valid, shown_names, tables)
     labels = Labels(data, rules)
-    valid = cells(data, rules)
     points = {p.id: p for p in data.points}
     spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
             not in ("none", "", "null")}
+    by_campaign: dict[str, dict[str, list[Point]]] = {}
+    for p in data.points:
+        by_campaign.setdefault(p.campaign, {}).setdefault(analysis_workload(p.workload, p.simulated), []).append(p)
+    valid_at: dict[tuple[str, str], list[Cell]] = {}
+    valid_of: dict[str, list[Cell]] = {}
+    for cell in valid:
+        valid_at.setdefault((cell.campaign, cell.workload), []).append(cell)
+        valid_of.setdefault(cell.workload, []).append(cell)
+    bad_points = [p for p in labels.points if p.id in flags]
     workloads = []
     for wc in conclusions.workloads:
-        latest = _latest_views([c for c in valid if c.workload == wc.workload], points)
-        left_out = [f"{labels.of[p.id]} ({p.config}, C={p.concurrency}, campaign {p.campaign}): "
+        latest = _latest_views(valid_of.get(wc.workload, []), points)
+        bad = [p for p in bad_points if analysis_workload(p.workload, p.simulated) == wc.workload]
+        left_out = [f"{labels.label(p.id)} ({p.config}, C={p.concurrency}, campaign {p.campaign}): "
                     f"{'; '.join(flags[p.id])}"
-                    for p in labels.points if p.id in flags and analysis_workload(p.workload, p.simulated) == wc.workload]
+                    for p in bad if p.campaign in shown_names]
+        if len(left_out) < len(bad):
+            more = len(bad) - len(left_out)
+            left_out.append(f"{more} flagged {'point' if more == 1 else 'points'} of the {len(hidden)} earlier "
+                            f"campaigns, not listed here (findings conclusions --json lists every flagged point)")
+        cands = [replace(c, cross=tuple(x for x in c.cross if x.b.campaign in shown_names)) if hidden else c
+                 for c in wc.candidates]
         workloads.append({
             "name": wc.workload,
             "simulated": wc.simulated,
@@ -297,26 +351,26 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "slo": _slo_line(latest, slo) if slo.set else None,
             "goodput": _goodput(latest, slo) if slo.set else [],
             "policies": [prose.policy(c) for c in wc.candidates],
-            "cross_checks": [x for c in wc.candidates if (x := prose.cross_check(c))],
+            "cross_checks": [x for c in cands if (x := prose.cross_check(c))],
             "verdicts": _verdict_table(conclusions, wc.workload, labels),
             "left_out": left_out,
         })
     campaigns = []
-    for c in data.campaigns:
-        pts = [p for p in data.points if p.campaign == c.name]
-        wnames = sorted({analysis_workload(p.workload, p.simulated) for p in pts})
+    for c in shown:
+        mine_by_workload = by_campaign.get(c.name, {})
+        pts = [p for wpts in mine_by_workload.values() for p in wpts]
         sections = []
-        for w in wnames:
-            wpts = [p for p in pts if analysis_workload(p.workload, p.simulated) == w]
+        for w in sorted(mine_by_workload):
+            wpts = mine_by_workload[w]
             notes = sorted({f"{p.config} at C={p.concurrency}: {p.note}" for p in wpts if p.note})
-            mine = [x for x in valid if x.campaign == c.name and x.workload == w]
+            mine = valid_at.get((c.name, w), [])
             sections.append({
                 "name": w,
-                "table": _campaign_table(data, rules, c.name, w, comps.get((c.name, w), []), valid, flags, labels),
+                "table": _campaign_table(rules, wpts, mine, comps.get((c.name, w), []), flags, labels),
                 "notes": notes,
-                "flagged": [f"{labels.of[p.id]} ({p.config}, C={p.concurrency}): {'; '.join(flags[p.id])}"
+                "flagged": [f"{labels.label(p.id)} ({p.config}, C={p.concurrency}): {'; '.join(flags[p.id])}"
                             for p in sorted(wpts, key=lambda p: labels.of[p.id]) if p.id in flags],
-                "chart": _chart(c.name, w, valid, rules),
+                "chart": _chart(c.name, w, mine, rules),
                 "latency": _latency_table(views.cell_views(mine, points), rules, spec, labels),
             })
         campaigns.append({
@@ -326,7 +380,13 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "workloads": sections,
             "sources": _sources(pts, data),
         })
-    history, unchanged = _history(entries)
+    history, unchanged, earlier = _history(entries, detail)
+    hidden_campaigns = None
+    if hidden:
+        hidden_campaigns = {"count": len(hidden), "shown": len(shown), "first": hidden[0].name,
+                            "first_when": hidden[0].when, "last": hidden[-1].name, "last_when": hidden[-1].when,
+                            "points": sum(len(p) for c in hidden for p in by_campaign.get(c.name, {}).values())}
+    appendix = _appendix(labels, flags, data, only_cited=bool(hidden))
     return {
         "title": title,
         "store": store_label,
@@ -341,13 +401,17 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "confidence_pct": f"{rules.confidence * 100:g}%",
         "resamples": rules.resamples,
         "interval": rules.interval,
-        "gates": {"failed": f"{rules.gates.max_failed_fraction:.0%}", "lag": f"{rules.gates.max_client_lag_ms:g} ms"},
+        "gates": {"failed": f"{rules.gates.max_failed_fraction:.0%}", "lag": f"{rules.gates.max_client_lag_ms:g} ms",
+                  "cpu": f"{rules.gates.max_client_cpu:.0%}"},
         "slo": slo.describe() if slo.set else None,
         "workloads": workloads,
         "history": history,
         "unchanged": unchanged,
-        "environment": _environment(data),
+        "history_earlier": earlier,
+        "hidden_campaigns": hidden_campaigns,
+        "environment": _environment(data, detail),
         "configs": _configs(data, rules),
         "campaigns": campaigns,
-        "appendix": _appendix(labels, flags, data),
+        "appendix": appendix,
+        "appendix_left_out": len(data.points) - len(appendix.rows),
     }

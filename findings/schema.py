@@ -25,6 +25,11 @@ KIND = "findings-run"
 
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
+#: Beyond this magnitude a float may be an integer that a fast JSON parser
+#: (orjson: 64-bit integers only) turned into a float; see run_from_dict.
+_BIG = 2.0 ** 63
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_FLOAT = {float}
 
 def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
     """Version 1 knew only the main source file: it becomes the one input."""
@@ -109,8 +114,10 @@ def run_to_dict(run: Run) -> dict[str, Any]:
 class _Reader:
     """Field checks that name the file and the JSON path of the fault."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, big_floats: bool = True) -> None:
         self.path = path
+        self.big_floats = big_floats
+        self.names: set[str] = set()  # names already found valid
 
     def fail(self, where: str, message: str) -> StoreError:
         return StoreError(f"{self.path}: field '{where}': {message}")
@@ -132,11 +139,21 @@ class _Reader:
             raise self.fail(where, "expected a string")
         return v
 
+    def valid_name(self, v: str) -> bool:
+        """A name that ``name`` would accept (and remembers), without a message."""
+        if valid_name(v):
+            self.names.add(v)
+            return True
+        return False
+
     def name(self, v: Any, where: str) -> str:
+        if type(v) is str and v in self.names:
+            return v
         s = self.string(v, where)
         assert s is not None
         if not valid_name(s):
             raise self.fail(where, f"invalid name {s!r}")
+        self.names.add(s)
         return s
 
     def integer(self, v: Any, where: str, optional: bool = False, minimum: int | None = None) -> int | None:
@@ -151,7 +168,12 @@ class _Reader:
     def number(self, v: Any, where: str) -> float:
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not finite(v):
             raise self.fail(where, "expected a finite number")
+        self.not_big(v, where)
         return float(v)
+
+    def not_big(self, v: Any, where: str) -> None:
+        if not self.big_floats and isinstance(v, float) and abs(v) >= _BIG:
+            raise self.fail(where, "a float this large may have been an integer; read exactly")
 
     def scalars(self, v: Any, where: str) -> dict[str, Scalar]:
         d = self.obj(v, where)
@@ -160,6 +182,7 @@ class _Reader:
                 raise self.fail(f"{where}.{k}", "expected a string, number, boolean or null")
             if isinstance(x, float) and not math.isfinite(x):  # big ints are fine in a fact
                 raise self.fail(f"{where}.{k}", "expected a finite number")
+            self.not_big(x, f"{where}.{k}")
         return d
 
 
@@ -179,9 +202,15 @@ def migrate(doc: dict[str, Any], path: str) -> dict[str, Any]:
     return doc
 
 
-def run_from_dict(doc: Any, path: str) -> Run:
-    """Validate one parsed run file and return it as a Run."""
-    r = _Reader(path)
+def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
+    """Validate one parsed run file and return it as a Run.
+
+    ``big_floats=False``: ``doc`` comes from a parser that turns integers
+    beyond 64 bits into floats (orjson), so any float of that magnitude in a
+    metric or fact is refused, and the caller reads the file again with the
+    exact parser. (Per-point ``requests`` records are not checked.)
+    """
+    r = _Reader(path, big_floats)
     doc = migrate(r.obj(doc, "<root>"), path)
     if doc.get("kind") != KIND:
         raise r.fail("kind", f"expected {KIND!r}")
@@ -217,7 +246,31 @@ def run_from_dict(doc: Any, path: str) -> Run:
     for k, v in r.obj(doc.get("configs"), "configs").items():
         configs[r.name(k, "configs")] = r.scalars(v, f"configs.{k}")
     points = []
+    source_file = src.get("path")
+    fast = source_file is None or type(source_file) is str  # else every point takes the checked path
     for i, p in enumerate(r.array(doc.get("points"), "points")):
+        # The common case, checked without building a message for every field;
+        # anything else takes the path below, which names the fault.
+        if (fast and type(p) is dict
+                and type(campaign := p.get("campaign")) is str and campaign in seen
+                and type(config := p.get("config")) is str and (config in r.names or r.valid_name(config))
+                and type(workload := p.get("workload")) is str and (workload in r.names or r.valid_name(workload))
+                and type(conc := p.get("concurrency")) is int and conc >= 1
+                and type(metrics_raw := p.get("metrics")) is dict and metrics_raw
+                and set(map(type, metrics_raw.values())) == _FLOAT
+                and -_BIG < min(metrics_raw.values()) and max(metrics_raw.values()) < _BIG
+                and metrics_raw.get(THROUGHPUT, 0.0) >= 0
+                and ((requests := p.get("requests")) is None or type(requests) is dict)
+                and ((note := p.get("note")) is None or type(note) is str)
+                and ((line := p.get("source_line")) is None or type(line) is int)
+                and type(params := p.get("workload_params", {})) is dict
+                and set(map(type, params.values())) <= _SCALARS
+                and all(-_BIG < x < _BIG for x in params.values() if type(x) is float)):
+            points.append(Point(id=point_id(run_id, i), run_id=run_id, campaign=campaign, config=config,
+                                workload=workload, concurrency=conc, metrics=dict(metrics_raw), source=source,
+                                source_file=source_file, source_line=line, note=note, workload_params=params,
+                                requests=requests))
+            continue
         where = f"points[{i}]"
         p = r.obj(p, where)
         campaign = r.name(p.get("campaign"), f"{where}.campaign")
@@ -225,25 +278,30 @@ def run_from_dict(doc: Any, path: str) -> Run:
             raise r.fail(f"{where}.campaign", f"campaign {campaign!r} is not in 'campaigns'")
         metrics_raw = r.obj(p.get("metrics"), f"{where}.metrics")
         metrics = {k: r.number(v, f"{where}.metrics.{k}") for k, v in metrics_raw.items()}
-        if THROUGHPUT not in metrics:
-            raise r.fail(f"{where}.metrics", f"missing {THROUGHPUT}")
-        if metrics[THROUGHPUT] < 0:
+        # A point without THROUGHPUT measures something else than a server's
+        # output (findings' own render times, say: docs/decisions.md D42);
+        # the analysis never uses it.
+        if THROUGHPUT in metrics and metrics[THROUGHPUT] < 0:
             raise r.fail(f"{where}.metrics.{THROUGHPUT}", "must be >= 0")
         requests = p.get("requests")
         if requests is not None:
             r.obj(requests, f"{where}.requests")
         note = r.string(p.get("note"), f"{where}.note", optional=True)
+        config = r.name(p.get("config"), f"{where}.config")
+        workload = r.name(p.get("workload"), f"{where}.workload")
+        conc = r.integer(p.get("concurrency"), f"{where}.concurrency", minimum=1) or 1
+        source_file = r.string(src.get("path"), "inputs[0].path", optional=True)
         points.append(
             Point(
                 id=point_id(run_id, i),
                 run_id=run_id,
                 campaign=campaign,
-                config=r.name(p.get("config"), f"{where}.config"),
-                workload=r.name(p.get("workload"), f"{where}.workload"),
-                concurrency=r.integer(p.get("concurrency"), f"{where}.concurrency", minimum=1) or 1,
+                config=config,
+                workload=workload,
+                concurrency=conc,
                 metrics=metrics,
                 source=source,
-                source_file=r.string(src.get("path"), "inputs[0].path", optional=True),
+                source_file=source_file,
                 source_line=r.integer(p.get("source_line"), f"{where}.source_line", optional=True),
                 note=note,
                 workload_params=r.scalars(p.get("workload_params", {}), f"{where}.workload_params"),

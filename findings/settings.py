@@ -26,6 +26,8 @@ DEFAULT_TEMPLATES = "templates"
 DEFAULT_TEMPLATE = "eagle-fast-verify.md.j2"
 #: Default noise floor; see docs/decisions.md for why 4%.
 DEFAULT_FLOOR = 0.04
+#: How many of the latest campaigns the document details (docs/settings.md).
+DEFAULT_DETAIL_CAMPAIGNS = 20
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Settings:
     slo: Slo = Slo()
     #: Also write SVG plots next to the document (needs the [plots] extra).
     plots: bool = False
+    #: Sections for the latest this many campaigns only (0: all); see report.build.
+    detail_campaigns: int = DEFAULT_DETAIL_CAMPAIGNS
 
     def with_overrides(self, *, store: str | None = None, baseline: str | None = None,
                        noise_floor: float | None = None) -> "Settings":
@@ -96,14 +100,17 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
     if not isinstance(table, dict):
         raise SettingsError(f"{path}: [findings] must be a table")
     numbers = {"noise_floor", "confidence", "resamples", "max_failed_fraction", "max_client_lag_ms",
-               "slo_ttft_p99_ms", "slo_tpot_p99_ms"}
+               "max_client_cpu", "slo_ttft_p99_ms", "slo_tpot_p99_ms"}
     known = {"store", "document", "templates", "template", "title", "baseline", "simulated", "plots",
-             "interval"} | numbers
+             "interval", "detail_campaigns"} | numbers
     for key in table:
         if key not in known:
             raise SettingsError(f"{path}: unknown setting {key!r} (known: {', '.join(sorted(known))})")
     if table.get("interval", "auto") not in ("auto", "repeats", "band"):
         raise SettingsError(f"{path}: setting 'interval' must be \"auto\", \"repeats\" or \"band\"")
+    detail = table.get("detail_campaigns", DEFAULT_DETAIL_CAMPAIGNS)
+    if isinstance(detail, bool) or not isinstance(detail, int) or detail < 0:
+        raise SettingsError(f"{path}: setting 'detail_campaigns' must be an integer >= 0 (0: every campaign)")
     for flag in ("simulated", "plots"):
         if not isinstance(table.get(flag, False), bool):
             raise SettingsError(f"{path}: setting {flag!r} must be true or false")
@@ -116,7 +123,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         raise SettingsError(f"{path}: setting 'confidence' is a level in [0.5, 1), e.g. 0.95")
     if int(table.get("resamples", 2000)) < 100:
         raise SettingsError(f"{path}: setting 'resamples' must be at least 100")
-    for key in known - numbers - {"simulated", "plots"}:
+    for key in known - numbers - {"simulated", "plots", "detail_campaigns"}:
         if key in table and not isinstance(table[key], str):
             raise SettingsError(f"{path}: setting {key!r} must be a string")
 
@@ -130,6 +137,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         home_store=home,
         simulated_store=table.get("simulated", False),
         plots=table.get("plots", False),
+        detail_campaigns=detail,
         root=root,
         store=Path(store) if store else home,
         document=rel(table.get("document", DEFAULT_DOCUMENT)),
@@ -143,7 +151,8 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
             resamples=int(table.get("resamples", 2000)),
             interval=str(table.get("interval", "auto")),
             gates=Gates(max_failed_fraction=float(table.get("max_failed_fraction", Gates.max_failed_fraction)),
-                        max_client_lag_ms=float(table.get("max_client_lag_ms", Gates.max_client_lag_ms))),
+                        max_client_lag_ms=float(table.get("max_client_lag_ms", Gates.max_client_lag_ms)),
+                        max_client_cpu=float(table.get("max_client_cpu", Gates.max_client_cpu))),
         ),
         slo=Slo(ttft_p99_ms=_opt_float(table.get("slo_ttft_p99_ms")),
                 tpot_p99_ms=_opt_float(table.get("slo_tpot_p99_ms"))),

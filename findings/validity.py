@@ -19,6 +19,10 @@ class Gates:
     #: Flag a point when the client's event loop lagged more than this (p99):
     #: the client, not the server, was the bottleneck.
     max_client_lag_ms: float = 25.0
+    #: Flag a point when the client process was busy for more than this
+    #: fraction of the point's wall time: a single-threaded client with no
+    #: idle time reads every response late (docs/performance.md).
+    max_client_cpu: float = 0.9
 
 
 NO_SPEC = {"", "none", "null", "off", "false", "no"}
@@ -45,6 +49,9 @@ def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates) -> tuple[str, .
     lag = m.get("client_loop_lag_p99_ms")
     if lag is not None and lag > gates.max_client_lag_ms:
         out.append(f"client event-loop lag p99 {lag:.1f} ms > {gates.max_client_lag_ms:g} ms: client-bound")
+    cpu = m.get("client_cpu_fraction")
+    if cpu is not None and cpu > gates.max_client_cpu:
+        out.append(f"client process busy {cpu:.0%} of the time (limit {gates.max_client_cpu:.0%}): client-bound")
     spec = speculative(facts)
     has_accept = "accept_length" in m or "accept_length_metrics" in m
     if spec is False and has_accept:

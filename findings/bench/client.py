@@ -72,15 +72,15 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
     samples: list[float] = []
     stop = asyncio.Event()
     monitor = asyncio.create_task(_lag_monitor(samples, stop))
-    started = time.perf_counter()
+    cpu0 = time.process_time()
     try:
         records = await _closed_loop(transport, plan, plan.prompts, "", on_done)
     finally:
         stop.set()
         await monitor
+    cpu = time.process_time() - cpu0
     records.sort(key=lambda r: r.index)
-    if records:
-        started = min(r.sent for r in records)
+    started = min((r.sent for r in records), default=time.perf_counter())
     finished = max((r.end for r in records if r.end is not None), default=time.perf_counter())
     return PointOutcome(records=tuple(records), started=started, finished=finished,
-                        planned=len(plan.prompts), lag_samples_ms=tuple(samples))
+                        planned=len(plan.prompts), lag_samples_ms=tuple(samples), cpu_s=cpu)

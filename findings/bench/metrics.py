@@ -87,6 +87,8 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
             m["server_generation_tokens"] = gen
         if calls > 0:
             m["accept_length_metrics"] = gen / calls
+    if outcome.cpu_s is not None:
+        m["client_cpu_fraction"] = outcome.cpu_s / duration
     if outcome.lag_samples_ms:
         lag = outcome.lag_samples_ms
         m["client_loop_lag_p50_ms"] = percentile(lag, 50)
@@ -105,6 +107,17 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
     if err:
         m["ttft_client_error_p50_ms"] = percentile(err, 50) * 1000
         m["ttft_client_error_p99_ms"] = percentile(err, 99) * 1000
+    # ITL error: each gap between two events as the client saw it, minus the
+    # gap between the server's writes of the same two events.
+    gap_err = [
+        (t1 - t0) - (s1 - s0)
+        for r in ok
+        if len(r.server_event_walls) == len(r.events) > 1
+        for (t0, _), (t1, _), s0, s1 in zip(r.events, r.events[1:], r.server_event_walls, r.server_event_walls[1:])
+    ]
+    if gap_err:
+        m["itl_client_error_p50_ms"] = percentile(gap_err, 50) * 1000
+        m["itl_client_error_p99_ms"] = percentile(gap_err, 99) * 1000
     return {k: v for k, v in m.items() if math.isfinite(v)}
 
 
@@ -140,4 +153,9 @@ def raw_columns(outcome: PointOutcome) -> dict[str, Any]:
         cols["server_first_event_minus_sent_s"] = [
             _r(r.server_first_event_wall - r.sent_wall) if r.server_first_event_wall is not None else None
             for r in recs]
+    if any(r.server_event_walls for r in recs):
+        # The server's write time of each event (ground truth), aligned with event_s.
+        cols["server_event_minus_sent_s"] = [
+            [round(w - r.sent_wall, 6) for w in r.server_event_walls] if len(r.server_event_walls) == len(r.events)
+            else None for r in recs]
     return cols

@@ -101,7 +101,11 @@ class Parser:
             return
         ct = meta.get("completion_tokens")
         if isinstance(ct, int):
+            before = len(self.rec.events)
             self._tokens(now, ct)
+            ts = meta.get("emulator_event_ts")
+            if len(self.rec.events) > before and isinstance(ts, (int, float)):
+                self.rec.server_event_walls.append(float(ts))
         if self.rec.prompt_tokens is None and isinstance(meta.get("prompt_tokens"), int):
             self.rec.prompt_tokens = meta["prompt_tokens"]
         self._ground_truth(meta)

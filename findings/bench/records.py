@@ -26,7 +26,10 @@ class RequestRecord:
     spec_accept_length: float | None = None
     server_arrival_wall: float | None = None  # ground truth from the emulator
     server_first_event_wall: float | None = None
+    #: The emulator's write time of each entry of ``events`` (ground truth), when it sends them.
+    server_event_walls: list[float] = field(default_factory=list)
     finish_reason: str | None = None
+    body_written: bool = False  # the transport saw the body go to the socket (and restarted ``sent``)
 
     @property
     def ok(self) -> bool:
@@ -42,6 +45,7 @@ class PointOutcome:
     finished: float  # perf_counter when the last request ended
     planned: int
     lag_samples_ms: tuple[float, ...]
+    cpu_s: float | None = None  # CPU time of the client process over the point (all its threads)
     metrics_before: dict[str, float] | None = None  # /metrics counters
     metrics_after: dict[str, float] | None = None
     interrupted: bool = False

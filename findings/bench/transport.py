@@ -80,6 +80,15 @@ def _data(line: bytes, parser: Parser, now: float) -> bool:
     return bool(parser.rec.error)
 
 
+#: How long to wait for the end of a body after its [DONE] event.
+DRAIN_S = 1.0
+
+
+async def _drain(content: aiohttp.StreamReader) -> None:
+    while await content.readany():
+        pass
+
+
 class AiohttpTransport:
     def __init__(self, base_url: str, read_timeout_s: float = 60.0, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
@@ -90,9 +99,24 @@ class AiohttpTransport:
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False,
                                          enable_cleanup_closed=True)
+        # The request's clock starts when aiohttp hands the body to the socket.
+        # On Python < 3.12 aiohttp writes the body from a task that first runs
+        # one event-loop turn after post() was called; in a busy client that
+        # turn is tens of milliseconds that the server never saw.
+        trace = aiohttp.TraceConfig()
+
+        async def body_sent(session: aiohttp.ClientSession, ctx: Any, params: Any) -> None:
+            rec = ctx.trace_request_ctx
+            if isinstance(rec, RequestRecord) and not rec.body_written:
+                rec.body_written = True
+                rec.sent_wall = time.time()
+                rec.sent = time.perf_counter()
+
+        trace.on_request_chunk_sent.append(body_sent)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.read_timeout_s)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self.headers,
-                                             json_serialize=lambda o: orjson.dumps(o).decode())
+                                             json_serialize=lambda o: orjson.dumps(o).decode(),
+                                             trace_configs=[trace])
 
     async def close(self) -> None:
         if self.session is not None:
@@ -118,13 +142,14 @@ class AiohttpTransport:
         rec.sent_wall = time.time()
         rec.sent = clock()
         try:
-            async with self.session.post(self.base_url + req.path, data=body) as resp:
+            async with self.session.post(self.base_url + req.path, data=body, trace_request_ctx=rec) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:300]
                     parser.error(_status_kind(resp.status), f"HTTP {resp.status}: {text}")
                     rec.end = clock()
                     return
                 buf = b""
+                done = False
                 async for chunk in resp.content.iter_any():
                     now = clock()
                     buf += chunk
@@ -132,8 +157,23 @@ class AiohttpTransport:
                     for line in lines:
                         if _data(line, parser, now):
                             parser.finish(now)
-                            return
-                parser.finish(clock())
+                            done = True
+                            break
+                    if done:
+                        break
+                else:
+                    parser.finish(clock())
+                if done and not parser.rec.error and not resp.content.is_eof():
+                    # Read the end of the body (the chunked terminator follows
+                    # [DONE] at once): a response left unread makes aiohttp
+                    # close the connection instead of reusing it, and every
+                    # next request would pay a TCP handshake inside its TTFT.
+                    # The request is complete already: a server that keeps
+                    # the stream open costs the connection, not the request.
+                    try:
+                        await asyncio.wait_for(_drain(resp.content), DRAIN_S)
+                    except (asyncio.TimeoutError, aiohttp.ClientError, ConnectionError):
+                        pass
         except aiohttp.ClientConnectorError as exc:
             parser.error("connect", f"cannot connect: {exc}")
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, ConnectionResetError,

@@ -19,6 +19,8 @@ def parse_args(argv: list[str] | None = None) -> EmulatorOptions:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--speed", type=float, default=1.0, help="divide all model time by this")
     p.add_argument("--ground-truth", action="store_true", help="add emulator timestamps to every event")
+    p.add_argument("--ground-truth-log", default=None, metavar="FILE",
+                   help="append one JSON line per finished request: arrival and every write (server clock)")
     p.add_argument("--startup-delay", type=float, default=0.0, metavar="S", help="/health answers 503 this long")
     p.add_argument("--max-running", type=int, default=None, metavar="N", help="max running requests")
     p.add_argument("--error-rate", type=float, default=0.0)
@@ -34,6 +36,7 @@ def parse_args(argv: list[str] | None = None) -> EmulatorOptions:
             p.error(f"--{name.replace('_', '-')} must be in [0, 1]")
     return EmulatorOptions(
         host=a.host, port=a.port, profile=a.profile, seed=a.seed, speed=a.speed, ground_truth=a.ground_truth,
+        ground_truth_log=a.ground_truth_log,
         startup_delay_s=a.startup_delay, max_running_requests=a.max_running,
         faults=Faults(error_rate=a.error_rate, drop_rate=a.drop_rate, stall_rate=a.stall_rate,
                       stall_s=a.stall_s, die_after=a.die_after),

@@ -12,6 +12,8 @@ docs/emulator.md describes the endpoints, the model and the options.
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 import json
 import os
 import signal
@@ -25,7 +27,8 @@ from typing import Any, AsyncIterator, Callable, Iterable
 
 from aiohttp import web
 
-from findings.emulator.engine import Engine, Seq, Step, StepResult, count_prompt_tokens, seed_for
+from findings.emulator.engine import (VOCAB, Engine, Seq, Step, StepResult, count_prompt_tokens, seed_for,
+                                      token_id)
 from findings.emulator.model import PROFILES, Profile, mean_accept_length
 from findings.emulator.protocol import BadRequest, SeqSpec, parse_generate, parse_openai
 from findings.errors import FindingsError
@@ -36,6 +39,12 @@ VERSION = "0.5.23-emulated"
 EMULATED_HEADER = "X-Findings-Emulated"
 #: How far (wall seconds) the scheduler may fall behind its deadline and still catch up.
 MAX_DEBT_S = 0.1
+#: The scheduler sleeps until this long before a step's deadline, then yields
+#: to the event loop until the deadline: the selector rounds sleeps up to
+#: whole milliseconds, which alone would make every step up to 1 ms late.
+SPIN_S = 0.0012
+#: Step lateness samples kept for /server_info (since the last /flush_cache).
+LATENESS_SAMPLES = 200_000
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,7 @@ class EmulatorOptions:
     startup_delay_s: float = 0.0  # /health* (and generation) answer 503 this long after start
     max_running_requests: int | None = None  # None = profile default
     faults: Faults = Faults()
+    ground_truth_log: str | None = None  # JSONL: one line per finished request (arrival, every write)
 
 
 # ---------------------------------------------------------------------------
@@ -166,6 +176,31 @@ class Emulator:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        # How late each model step ran against its schedule (seconds), since the last flush.
+        self.lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
+        self.firehose_seq = 0
+        self.gt_log = open(options.ground_truth_log, "a", encoding="utf-8") if options.ground_truth_log else None  # noqa: SIM115
+
+    def log_truth(self, rid: str, arrival: float, events: list[float], text: str) -> None:
+        """One ground-truth line per finished request: the server's own clock."""
+        if self.gt_log is None:
+            return
+        line = {"rid": rid, "arrival": arrival, "events": events,
+                "text_sha1": hashlib.sha1(text.encode()).hexdigest()}
+        self.gt_log.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self.gt_log.flush()
+
+    def schedule_stats(self) -> dict[str, Any]:
+        """Step lateness against the model's schedule since the last /flush_cache (ms)."""
+        late = sorted(self.lateness)
+        if not late:
+            return {"steps": 0}
+
+        def q(f: float) -> float:
+            return round(late[min(len(late) - 1, int(f * (len(late) - 1) + 0.5))] * 1000, 4)
+
+        return {"steps": len(late), "lateness_p50_ms": q(0.5), "lateness_p99_ms": q(0.99),
+                "lateness_max_ms": round(late[-1] * 1000, 4)}
 
     # -- readiness and faults -----------------------------------------------
     @property
@@ -191,8 +226,8 @@ class Emulator:
         )
 
     # -- submission -----------------------------------------------------------
-    def submit(self, specs: list[SeqSpec], internal: bool = False) -> Group:
-        now = time.time()
+    def submit(self, specs: list[SeqSpec], internal: bool = False, arrival: float | None = None) -> Group:
+        now = arrival if arrival is not None else time.time()
         seqs = []
         for spec in specs:
             sid = self.next_sid
@@ -246,7 +281,12 @@ class Emulator:
                 continue
             now = loop.time()
             deadline = max(deadline, now - MAX_DEBT_S) + step.duration_ms / 1000.0 / speed
-            await asyncio.sleep(max(0.0, deadline - now))
+            if deadline - now > SPIN_S:
+                await asyncio.sleep(deadline - now - SPIN_S)
+            await asyncio.sleep(0)  # always let the streams write the last step's tokens first
+            while loop.time() < deadline:
+                await asyncio.sleep(0)
+            self.lateness.append(loop.time() - deadline)
             self._after(step, self.engine.apply(step))
 
     def _after(self, step: Step, result: StepResult) -> None:
@@ -304,6 +344,7 @@ class Emulator:
     def flush(self) -> None:
         self.engine.flush_cache()
         self.life_spec_tokens = self.life_verify = 0
+        self.lateness.clear()
 
     def server_info(self) -> dict[str, Any]:
         p, o = self.profile, self.options
@@ -356,6 +397,7 @@ class Emulator:
             "launch_command": launch,
             "version": VERSION,
             "emulated": True,
+            "emulator_schedule": self.schedule_stats(),
             "emulator_profile": p.name,
             "emulator_worker": p.worker,
             "emulator_speed": o.speed,
@@ -451,6 +493,69 @@ async def _read_json(request: web.Request) -> Any:
         raise BadRequest(f"invalid JSON body: {exc}") from exc
 
 
+#: id(transport) -> wall time at which the server read the first bytes of the
+#: request now on that connection (HTTP/1.1: one request at a time on it).
+_RECEIVED: dict[int, float] = {}
+
+
+class _Stamping(asyncio.Protocol):
+    """Wraps aiohttp's protocol to note when a request's first bytes are read.
+
+    A request's ground-truth arrival is that moment, not the start of its
+    handler: a burst of requests queues at the server's intake (HTTP parsing,
+    handler start) and that queue is the server's time, not the client's.
+    """
+
+    def __init__(self, inner: asyncio.Protocol) -> None:
+        self.inner = inner
+        self.key = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.key = id(transport)
+        self.inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        _RECEIVED.setdefault(self.key, time.time())
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        _RECEIVED.pop(self.key, None)
+        self.inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+
+@web.middleware
+async def _stamp_received(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Take every request's first-bytes time off its connection before its
+    handler runs, and clear what arrived during it, so that no later request
+    on the connection inherits a stamp."""
+    key = id(request.transport) if request.transport is not None else None
+    t = _RECEIVED.pop(key, None) if key is not None else None
+    request["findings_received"] = t if t is not None else time.time()
+    try:
+        response: web.StreamResponse = await handler(request)
+    finally:
+        # Bytes read while the handler ran were this request's (its body may
+        # come after its headers); the next request starts after the response.
+        if key is not None:
+            _RECEIVED.pop(key, None)
+    return response
+
+
+def _received(request: web.Request) -> float:
+    """When the server read the first bytes of this request."""
+    t = request.get("findings_received")
+    return float(t) if isinstance(t, float) else time.time()
+
+
 def _not_ready() -> web.Response:
     return web.json_response({"error": {"message": "The server is starting (emulated startup delay).",
                                          "type": "ServiceUnavailable", "code": 503}}, status=503)
@@ -466,8 +571,11 @@ class Streamer:
         self.resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
         first = group.seqs[0]
         self.fault_at = max(1, first.max_new_tokens // 2)
+        self.event_ts: list[float] = []
 
     async def write(self, payload: dict[str, Any]) -> None:
+        if self.emu.gt_log is not None:
+            self.event_ts.append(time.time())
         if self.emu.options.ground_truth:
             stamp = {"emulator_arrival_ts": self.arrival, "emulator_event_ts": time.time()}
             if self.where == "meta" and isinstance(payload.get("meta_info"), dict):
@@ -523,6 +631,8 @@ class Streamer:
                 await self.write(payload)
             await self.resp.write(DONE)
             await self.resp.write_eof()
+            first = seqs[0]
+            emu.log_truth(first.rid, self.arrival, self.event_ts, first.text)
         except _WRITE_ERRORS:
             return self.resp  # the client went away
         finally:
@@ -571,6 +681,76 @@ async def _send_whole(request: web.Request, emu: Emulator, body: Any) -> web.Str
 # Handlers
 
 
+@functools.lru_cache(maxsize=64)
+def _firehose_parts(n: int) -> tuple[tuple[bytes, bytes], ...]:
+    """Per token i: (the cumulative text after the marker, the cumulative output_ids), as JSON bytes."""
+    words: list[str] = []
+    ids: list[int] = []
+    out = []
+    for i in range(n):
+        words.append(VOCAB[i % len(VOCAB)])
+        ids.append(token_id(i % len(VOCAB)))
+        out.append((json.dumps(" " + " ".join(words))[1:-1].encode(),
+                    json.dumps(ids, separators=(",", ":")).encode()))
+    return tuple(out)
+
+
+async def _firehose_stream(request: web.Request, emu: Emulator, spec: SeqSpec) -> web.StreamResponse:
+    """The firehose profile's /generate stream: no model, no engine, no delay.
+
+    One event per token, written as soon as the previous write returned, with
+    one yield to the event loop per event so that concurrent streams take
+    turns. The bodies are SGLang's cumulative events, prebuilt per output
+    length; each text starts with a marker unique to the request (``r<n>``),
+    so that a client's generated text can be matched to the ground-truth log.
+    """
+    arrival = _received(request)
+    n = spec.max_new_tokens
+    emu.firehose_seq += 1
+    marker = f"r{emu.firehose_seq}"
+    rid = spec.rid or uuid.uuid4().hex
+    prompt_tokens = count_prompt_tokens(spec.prompt)
+    emu.num_requests += 1
+    emu.prompt_tokens += prompt_tokens
+    head = b'data: {"text":"' + marker.encode()
+    meta_head = b',"meta_info":{"id":' + json.dumps(rid).encode() + b',"finish_reason":'
+    tail_fmt = ',"prompt_tokens":%d,"completion_tokens":%%d,"cached_tokens":0' % prompt_tokens
+    gt = emu.options.ground_truth
+    events: list[float] = []
+    parts = _firehose_parts(n)
+    resp = web.StreamResponse(status=200, headers=SSE_HEADERS)
+    sleep = asyncio.sleep
+    try:
+        await resp.prepare(request)
+        for i, (text, ids) in enumerate(parts):
+            last = i == n - 1
+            now = time.time()
+            if emu.gt_log is not None:
+                events.append(now)
+            extra = ""
+            if last:
+                extra = ',"e2e_latency":%.6f' % (now - arrival)
+            if gt:
+                extra += ',"emulator_arrival_ts":%.6f,"emulator_event_ts":%.6f' % (arrival, now)
+            reason = b'{"type":"length","length":%d}' % n if last else b"null"
+            await resp.write(head + text + b'","output_ids":' + ids + meta_head + reason
+                             + (tail_fmt % (i + 1) + extra).encode() + b"}}\n\n")
+            emu.generation_tokens += 1
+            if i == 0:
+                emu.ttft.observe(now - arrival)
+            await sleep(0)
+        await resp.write(DONE)
+        await resp.write_eof()
+    except _WRITE_ERRORS:
+        return resp
+    emu.e2e.observe(time.time() - arrival)
+    if emu.gt_log is not None:
+        words = " ".join(VOCAB[i % len(VOCAB)] for i in range(n))
+        emu.log_truth(rid, arrival, events, f"{marker} {words}" if n else marker)
+    _completed(emu)
+    return resp
+
+
 async def handle_generate(request: web.Request) -> web.StreamResponse:
     emu = request.app[EMU]
     if not emu.ready:
@@ -579,11 +759,15 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
         specs, stream, batch = parse_generate(await _read_json(request))
     except BadRequest as exc:
         return _native_error(str(exc), 400, "BadRequestError")
+    f = emu.options.faults
+    if (emu.profile.firehose and stream and not batch and specs[0].max_new_tokens > 0
+            and not (f.error_rate or f.drop_rate or f.stall_rate)):
+        return await _firehose_stream(request, emu, specs[0])
     fate = emu.fate()
     if fate.error_before:
         emu.errors += 1
         return _native_error("Emulated internal error (fault injection).", 500, "InternalServerError")
-    group = emu.submit(specs)
+    group = emu.submit(specs, arrival=_received(request))
     gt = emu.options.ground_truth
 
     def event(i: int, seq: Seq) -> dict[str, Any]:
@@ -622,7 +806,7 @@ async def handle_openai(request: web.Request, chat: bool) -> web.StreamResponse:
     if fate.error_before:
         emu.errors += 1
         return _openai_error("Emulated internal error (fault injection).", 500, "InternalServerError")
-    group = emu.submit(specs)
+    group = emu.submit(specs, arrival=_received(request))
     created = int(time.time())
     model = emu.model_name
     obj = "chat.completion" if chat else "text_completion"
@@ -783,7 +967,7 @@ async def _scheduler(app: web.Application) -> AsyncIterator[None]:
 def build_app(options: EmulatorOptions) -> web.Application:
     """The aiohttp application; its scheduler loop starts with the app."""
     emu = Emulator(options)
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[_stamp_received])
     app[EMU] = emu
     app.on_response_prepare.append(_label)
     app.cleanup_ctx.append(_scheduler)
@@ -817,19 +1001,21 @@ async def _serve(options: EmulatorOptions) -> None:
     sock.setblocking(False)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
     await runner.setup()
-    site = web.SockSite(runner, sock, backlog=1024)
-    await site.start()
+    assert runner.server is not None
+    inner = runner.server
+    loop = asyncio.get_running_loop()
+    listener = await loop.create_server(lambda: _Stamping(inner()), sock=sock, backlog=1024)
     port = sock.getsockname()[1]
     app[EMU].options = replace(options, port=port)
     print(f"findings-emulator: profile {options.profile} listening on http://{options.host}:{port} (SIMULATED)",
           flush=True)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:
+        listener.close()
         await runner.cleanup()
 
 

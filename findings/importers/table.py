@@ -4,7 +4,8 @@ This is the format of the hand-recorded seed results
 (benchmarks/history/measurements.csv). Columns:
 
 - required: ``campaign``, ``workload``, ``config``, ``concurrency``,
-  ``output_throughput_tok_s``;
+  ``output_throughput_tok_s`` (``n/a`` for a row that measures something
+  other than a server's output: it never enters the analysis);
 - optional: ``order`` (the campaign's place in time when no date was kept),
   ``date`` (YYYY-MM-DD), ``note``, ``repeat`` (ignored: repeats are rows with
   the same key);
@@ -30,6 +31,10 @@ NAME = "table"
 VERSION = "1"
 REQUIRED = ("campaign", "workload", "config", "concurrency", THROUGHPUT)
 KNOWN = REQUIRED + ("order", "date", "note", "repeat")
+#: The throughput cell of a row that measures something other than a
+#: server's output (findings' own render times in the perf store). Such a
+#: point never enters the analysis. An empty cell is still an error.
+NOT_APPLICABLE = "n/a"
 
 
 def _rows(src: Source, required: tuple[str, ...]) -> tuple[list[str], list[tuple[int, dict[str, str], str]]]:
@@ -157,9 +162,11 @@ def read(
             )
         campaigns.setdefault(campaign, c)
         first_line.setdefault(campaign, line)
-        metrics = {THROUGHPUT: _number(src, line, THROUGHPUT, row[THROUGHPUT])}
-        if metrics[THROUGHPUT] < 0:
-            raise InputError(src.path, line, THROUGHPUT, "must be >= 0")
+        metrics: dict[str, float] = {}
+        if row[THROUGHPUT].strip().lower() != NOT_APPLICABLE:
+            metrics[THROUGHPUT] = _number(src, line, THROUGHPUT, row[THROUGHPUT])
+            if metrics[THROUGHPUT] < 0:
+                raise InputError(src.path, line, THROUGHPUT, "must be >= 0")
         for col in header:
             if col not in KNOWN and row[col] != "":
                 metrics[col] = _number(src, line, col, row[col])

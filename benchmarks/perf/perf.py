@@ -1,0 +1,483 @@
+"""`make perf`: measure findings itself and publish the figures with findings.
+
+Four sections (docs/performance.md is rendered from their results):
+
+- ``clients``: client capacity and timing fidelity. Three load clients drive
+  the findings emulator one after another, each against a FRESH emulator
+  process, on the same machine, in the same run:
+  ``findings bench`` (ours), ``python -m sglang.bench_serving`` 0.5.23 (the
+  peer, in its own venv: benchmarks/peer/setup.sh) and a minimal reference
+  client on aiohttp (benchmarks/perf/refclient.py). Workloads:
+  ``firehose`` (the emulator's firehose profile: no model, tokens as fast as
+  the socket takes them; 256 output tokens) at C = 64, 250, 1000, and
+  ``paced`` (the calibrated baseline profile at speed 1, the seed's scale:
+  about 1k tok/s in total at C=250) at C = 1 and 250. The emulator runs with
+  --ground-truth-log, so every client's TTFT and ITL are compared request by
+  request with the server's own write times (the peer's through its
+  --output-details, matched by generated text).
+- ``emulator``: the emulator's own step schedule: p99 lateness of its model
+  steps against their deadlines, over a sweep of speed and C.
+- ``render``: cold ``findings render`` and ``findings conclusions`` on
+  synthetic stores of 1k, 10k and 100k points (benchmarks/perf/render_scaling.py).
+
+With two or more cores, the emulator is pinned to core 0 and the client
+under test to core 1 (taskset), so that each side has one core.
+
+Every figure goes into one long CSV (one row per measured point), which is
+ingested into the perf store (``findings ingest table``) and rendered with
+the perf template (benchmarks/perf/findings.toml)::
+
+    .venv/bin/python benchmarks/perf/perf.py [--quick] [--sections clients,emulator,render]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import hashlib
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+PY = ROOT / ".venv" / "bin" / "python"
+FINDINGS = ROOT / ".venv" / "bin" / "findings"
+PEER_PY = ROOT / "benchmarks" / "peer" / "peer-python"
+PEER_VENV = Path(os.environ.get("PEER_VENV", ROOT / "build" / "peer" / "venv"))
+TOKENIZER = ROOT / "build" / "peer" / "tokenizer"
+READY = re.compile(r"findings-emulator: profile (\S+) listening on (http://\S+)")
+
+OURS, PEER, REF = "findings-bench", "sglang.bench_serving", "aiohttp-reference"
+
+
+def log(msg: str) -> None:
+    print(f"[perf {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def pin(core: int) -> list[str]:
+    """A taskset prefix when there are cores to pin to."""
+    if (os.cpu_count() or 1) >= 2 and shutil.which("taskset"):
+        return ["taskset", "-c", str(core)]
+    return []
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def http_json(url: str, method: str = "GET") -> Any:
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 (loopback)
+        text = r.read().decode()
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+# --------------------------------------------------------------------------- emulator process
+
+class Emulator:
+    """One emulator process (own process group), pinned to core 0, log to a file."""
+
+    def __init__(self, work: Path, tag: str, profile: str, speed: float = 1.0, truth: bool = True) -> None:
+        self.truth_log = work / f"truth-{tag}.jsonl"
+        self.log = work / f"emulator-{tag}.log"
+        self.cmd = [*pin(0), str(PY), "-m", "findings.emulator", "--port", "0", "--profile", profile,
+                    "--speed", f"{speed:g}"]
+        if truth:
+            self.cmd += ["--ground-truth", "--ground-truth-log", str(self.truth_log)]
+        self._fh = open(self.log, "w", encoding="utf-8")  # noqa: SIM115
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, bufsize=1, start_new_session=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.url = ""
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self._fh.write(line)
+                self._fh.flush()
+                m = READY.search(line)
+                if m and not ready.is_set():
+                    self.url = m.group(2).rstrip("/")
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        ready.wait(60)
+        if not self.url:
+            self.stop()
+            raise SystemExit(f"perf: the emulator did not start; log {self.log}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._fh.close()
+
+    def truth(self) -> dict[str, dict[str, Any]]:
+        """Ground truth per request, keyed by the sha1 of its final text."""
+        out: dict[str, dict[str, Any]] = {}
+        if self.truth_log.exists():
+            for line in self.truth_log.read_text(encoding="utf-8").splitlines():
+                d = json.loads(line)
+                out[d["text_sha1"]] = d
+        return out
+
+    def __enter__(self) -> "Emulator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_client(cmd: list[str], logfile: Path, timeout: float) -> tuple[int, float, float]:
+    """Run a client to completion; (exit code, wall s, CPU s of the client process tree)."""
+    with open(logfile, "w", encoding="utf-8") as fh:
+        fh.write("$ " + shlex.join(cmd) + "\n")
+        fh.flush()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except KeyboardInterrupt:
+            proc.kill()
+            raise
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+    if wall > timeout:
+        log(f"warning: {cmd[0]} took {wall:.0f} s (> {timeout:.0f} s)")
+    return proc.returncode, wall, usage.ru_utime + usage.ru_stime
+
+
+# --------------------------------------------------------------------------- the three clients
+
+def error_metrics(per_request: list[tuple[int, float, list[float]]], c: int) -> dict[str, float]:
+    """(request index, TTFT error s, ITL errors s) per request -> percentiles in ms.
+
+    The first C requests of a closed loop are sent in one burst, which queues
+    at the server's HTTP intake before its clock starts; the steady state
+    (requests after the first C) is reported as ``*_p50_ms``/``*_p99_ms``, and
+    all requests, burst included, as ``*_all_p99_ms``. With C or fewer
+    requests, the steady state is all of them.
+    """
+    steady = [x for x in per_request if x[0] >= c] or per_request
+    out: dict[str, float] = {"matched_requests": float(len(per_request))}
+    for label, group in (("", steady), ("_all", per_request)):
+        terr = [t for _, t, _ in group]
+        ierr = [e for _, _, errs in group for e in errs]
+        for name, vals in (("ttft_client_error", terr), ("itl_client_error", ierr)):
+            for q in ((50, 99) if not label else (99,)):
+                v = pct(vals, q)
+                if v is not None:
+                    out[f"{name}{label}_p{q}_ms"] = v * 1000
+    return out
+
+
+def ours(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, timeout: float) -> dict[str, float]:
+    store = work / f"store-{tag}"
+    cmd = [*pin(1), str(FINDINGS), "--store", str(store), "bench", "--url", emu.url, "--config", "perf",
+           "--campaign", f"perf-{tag}", "--workload", "perf", "--concurrency", str(c), "--num-prompts", str(n),
+           "--input-len", "32", "--output-len", str(out_len), "--prompts", "random-ids", "--warmup", "2",
+           "--no-progress", "--read-timeout", "120"]
+    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
+    files = sorted((store / "runs").glob("*.json")) if (store / "runs").is_dir() else []
+    if rc != 0 or not files:
+        raise SystemExit(f"perf: findings bench failed (exit {rc}); log {work / f'client-{tag}.log'}")
+    point = json.loads(files[-1].read_text(encoding="utf-8"))["points"][0]
+    m = point["metrics"]
+    events = sum(len(e) for e in point["requests"]["event_s"])
+    keep = ("output_throughput_tok_s", "client_loop_lag_p99_ms", "client_cpu_fraction", "completed",
+            "failed", "duration", "median_ttft_ms")
+    row = {k: float(m[k]) for k in keep if k in m}
+    row["events_per_s"] = events / m["duration"]
+    row["client_cpu_s"] = cpu
+    row["client_wall_s"] = wall
+    req = point["requests"]
+    per: list[tuple[int, float, list[float]]] = []
+    split: list[tuple[int, float, float]] = []
+    for i, (ttft, arr, first, ev, sev) in enumerate(zip(req["ttft_s"], req["server_arrival_minus_sent_s"],
+                                                         req["server_first_event_minus_sent_s"], req["event_s"],
+                                                         req["server_event_minus_sent_s"])):
+        if ttft is None or arr is None or first is None:
+            continue
+        itl = [(b - a) - (sb - sa) for a, b, sa, sb in zip(ev, ev[1:], sev, sev[1:])] if sev else []
+        per.append((i, ttft - (first - arr), itl))
+        split.append((i, arr, ttft - first))
+    row.update(error_metrics(per, c))
+    # Where the TTFT error lies (steady state): from our write to the server
+    # reading the bytes ("to server"), and from the server's first write to
+    # our reading it ("to client").
+    steady = [x for x in split if x[0] >= c] or split
+    for name, k in (("to_server", 1), ("to_client", 2)):
+        for q in (50, 99):
+            v = pct([x[k] for x in steady], q)
+            if v is not None:
+                row[f"ttft_error_{name}_p{q}_ms"] = v * 1000
+    return row
+
+
+def peer(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, timeout: float) -> dict[str, float]:
+    out = work / f"peer-{tag}.jsonl"
+    cmd = [*pin(1), str(PEER_PY), "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", emu.url,
+           "--dataset-name", "random-ids", "--tokenize-prompt", "--random-input-len", "32",
+           "--random-output-len", str(out_len), "--random-range-ratio", "1.0", "--num-prompts", str(n),
+           "--max-concurrency", str(c), "--request-rate", "inf", "--tokenizer", str(TOKENIZER),
+           "--model", str(TOKENIZER), "--output-file", str(out), "--output-details", "--warmup-requests", "2",
+           "--disable-tqdm", "--seed", "1"]
+    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
+    if rc != 0 or not out.exists():
+        raise SystemExit(f"perf: sglang.bench_serving failed (exit {rc}); log {work / f'client-{tag}.log'}")
+    d = json.loads(out.read_text(encoding="utf-8").splitlines()[-1])
+    ok = [i for i, e in enumerate(d["errors"]) if not e]
+    events = sum(len(d["itls"][i]) + 1 for i in ok)
+    truth = emu.truth()
+    per: list[tuple[int, float, list[float]]] = []
+    for i in ok:
+        t = truth.get(hashlib.sha1(d["generated_texts"][i].encode()).hexdigest())
+        if t is None or not t["events"]:
+            continue
+        ev = t["events"]
+        gaps = d["itls"][i]
+        server_gaps = [b - a for a, b in zip(ev, ev[1:])]
+        itl = [g - sg for g, sg in zip(gaps, server_gaps)] if len(gaps) == len(server_gaps) else []
+        per.append((i, d["ttfts"][i] - (ev[0] - t["arrival"]), itl))
+    row = {"output_throughput_tok_s": float(d["output_throughput"]), "completed": float(d["completed"]),
+           "duration": float(d["duration"]), "events_per_s": events / d["duration"],
+           "median_ttft_ms": float(d["median_ttft_ms"]), "client_cpu_s": cpu, "client_wall_s": wall}
+    row.update(error_metrics(per, c))
+    return row
+
+
+def reference(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, timeout: float) -> dict[str, float]:
+    out = work / f"ref-{tag}.json"
+    cmd = [*pin(1), str(PY), str(HERE / "refclient.py"), emu.url, "--concurrency", str(c), "--num-prompts", str(n),
+           "--output-len", str(out_len), "--keep-requests", "--out", str(out)]
+    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
+    if rc != 0 or not out.exists():
+        raise SystemExit(f"perf: the reference client failed (exit {rc}); log {work / f'client-{tag}.log'}")
+    d = json.loads(out.read_text(encoding="utf-8"))
+    row = {"output_throughput_tok_s": d["tok_s"], "events_per_s": d["events_s"], "completed": float(d["completed"]),
+           "duration": d["duration_s"], "client_cpu_s": cpu, "client_wall_s": wall}
+    per: list[tuple[int, float, list[float]]] = []
+    for r in d["requests"]:
+        ev = r["events"]
+        if not ev or "server_arrival_wall" not in r or ev[0][2] is None:
+            continue
+        itl = [(b[0] - a[0]) - (b[2] - a[2]) for a, b in zip(ev, ev[1:]) if b[1] - a[1] == 1]
+        per.append((r["index"], ev[0][0] - (ev[0][2] - r["server_arrival_wall"]), itl))
+    row.update(error_metrics(per, c))
+    return row
+
+
+CLIENTS = {OURS: ours, PEER: peer, REF: reference}
+
+
+def section_clients(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    plan: list[tuple[str, str, float, int, int, int]] = []  # workload, profile, speed, C, N, output tokens
+    if a.quick:
+        plan += [("firehose", "firehose", 1.0, c, 2 * c, 64) for c in (64, 250)]
+        plan += [("paced", "baseline", 1.0, 1, 4, 16), ("paced", "baseline", 1.0, 250, 250, 8)]
+    else:
+        plan += [("firehose", "firehose", 1.0, 64, 1000, 256), ("firehose", "firehose", 1.0, 250, 1000, 256),
+                 ("firehose", "firehose", 1.0, 1000, 2000, 256)]
+        plan += [("paced", "baseline", 1.0, 1, 12, 64), ("paced", "baseline", 1.0, 250, 500, 32)]
+    clients = [c for c in (OURS, PEER, REF) if c in a.clients]
+    for workload, profile, speed, c, n, out_len in plan:
+        for client in clients:
+            tag = f"{workload}-c{c}-{client.replace('.', '_')}"
+            log(f"clients: {client} {workload} C={c} N={n} output {out_len}")
+            with Emulator(work, tag, profile, speed) as emu:
+                metrics = CLIENTS[client](emu, work, tag, c, n, out_len, a.client_timeout)
+            rows.append({"workload": f"{workload}", "config": client, "concurrency": c,
+                         "output_len": out_len, "num_prompts": n, **metrics})
+            log(f"  {metrics.get('output_throughput_tok_s', 0):.0f} tok/s, TTFT error p50 "
+                f"{metrics.get('ttft_client_error_p50_ms', float('nan')):.2f} ms")
+    return rows
+
+
+# --------------------------------------------------------------------------- emulator schedule
+
+def section_emulator(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    # speed 50, C=8: the tests' emulators; speed 4 up to C=250: the demo's matrix.
+    sweep = [(1.0, 16), (4.0, 250), (50.0, 8)] if a.quick else \
+        [(1.0, 16), (1.0, 64), (1.0, 250), (4.0, 16), (4.0, 64), (4.0, 250), (10.0, 1000), (50.0, 8)]
+    rows = []
+    for speed, c in sweep:
+        tag = f"sched-s{speed:g}-c{c}"
+        n = 2 * c
+        log(f"emulator: baseline profile at speed {speed:g}, C={c}, N={n}, 32 output tokens")
+        with Emulator(work, tag, "baseline", speed, truth=False) as emu:
+            store = work / f"store-{tag}"
+            cmd = [*pin(1), str(FINDINGS), "--store", str(store), "bench", "--url", emu.url, "--config", "perf",
+                   "--campaign", f"perf-{tag}", "--workload", "perf", "--concurrency", str(c), "--num-prompts",
+                   str(n), "--input-len", "256", "--output-len", "32", "--prompts", "random-ids", "--warmup", "0",
+                   "--no-progress", "--read-timeout", "120"]
+            rc, _, _ = run_client(cmd, work / f"client-{tag}.log", a.client_timeout)
+            sched = http_json(emu.url + "/server_info").get("emulator_schedule", {})
+        files = sorted((store / "runs").glob("*.json"))
+        if rc != 0 or not files:
+            raise SystemExit(f"perf: findings bench failed (exit {rc}); log {work / f'client-{tag}.log'}")
+        m = json.loads(files[-1].read_text(encoding="utf-8"))["points"][0]["metrics"]
+        rows.append({"workload": "emulator-schedule", "config": f"speed-{speed:g}", "concurrency": c,
+                     "speed": speed, "output_throughput_tok_s": m["output_throughput_tok_s"],
+                     "steps": float(sched.get("steps", 0)),
+                     "lateness_p50_ms": sched.get("lateness_p50_ms"), "lateness_p99_ms": sched.get("lateness_p99_ms"),
+                     "lateness_max_ms": sched.get("lateness_max_ms"),
+                     "client_loop_lag_p99_ms": m.get("client_loop_lag_p99_ms")})
+        log(f"  {m['output_throughput_tok_s']:.0f} tok/s, lateness p99 {sched.get('lateness_p99_ms')} ms")
+    return rows
+
+
+# --------------------------------------------------------------------------- render scaling
+
+def section_render(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    sys.path.insert(0, str(HERE))
+    import render_scaling  # noqa: PLC0415 (a sibling script)
+
+    sizes = [1000, 10000] if a.quick else [1000, 10000, 100000]
+    log(f"render: synthetic stores of {', '.join(map(str, sizes))} points")
+    rows = []
+    # Stores are cached per size and seed in build/perf/render; best of 3 cold runs.
+    for r in render_scaling.measure(sizes, ROOT / "build" / "perf" / "render", repeats=1 if a.quick else 3):
+        rows.append({"workload": "render-scaling", "config": r["command"], "concurrency": 1,
+                     "output_throughput_tok_s": "n/a", "store_points": float(r["size"]), "wall_s": r["wall_s"], "peak_rss_mib": r["peak_rss_mib"],
+                     "store_mib": r.get("store_mib"), "points_with_requests": r.get("points_with_requests")})
+        log(f"  {r['command']} {r['size']} points: {r['wall_s']:.2f} s, {r['peak_rss_mib']:.0f} MiB")
+    return rows
+
+
+# --------------------------------------------------------------------------- output
+
+def environment(a: argparse.Namespace) -> dict[str, Any]:
+    env: dict[str, Any] = {"machine": platform.machine(), "cpus": os.cpu_count() or 0,
+                           "python": platform.python_version(), "pinning": "emulator core 0, client core 1"
+                           if pin(0) else "none (one core)"}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                env["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        import aiohttp  # noqa: PLC0415
+
+        env["aiohttp"] = aiohttp.__version__
+    except ImportError:
+        pass
+    try:
+        env["git_commit"] = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, text=True,
+                                           capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "findings"], cwd=ROOT, text=True,
+                               capture_output=True, check=True).stdout.strip()
+        env["git_dirty"] = bool(dirty)
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    if PEER in a.clients:
+        env["peer"] = "sglang 0.5.23 bench_serving (benchmarks/peer/setup.sh)"
+    env["quick"] = bool(a.quick)
+    return env
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return json.dumps(str(v))
+
+
+def write_outputs(rows: list[dict[str, Any]], campaign: str, date: str, csv_path: Path, env_path: Path,
+                  env: dict[str, Any]) -> None:
+    fixed = ["campaign", "date", "workload", "config", "concurrency", "output_throughput_tok_s"]
+    extra = sorted({k for r in rows for k in r} - set(fixed))
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(csv_path, "w", encoding="utf-8", newline="") as fh:
+        w = csv.writer(fh, lineterminator="\n")
+        w.writerow(fixed + extra)
+        for r in rows:
+            vals = {**r, "campaign": campaign, "date": date}
+            out = []
+            for k in fixed + extra:
+                v = vals.get(k)
+                if isinstance(v, float):
+                    out.append(f"{v:.6g}")
+                else:
+                    out.append("" if v is None else str(v))
+            w.writerow(out)
+    env_path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in sorted(env.items())), encoding="utf-8")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="make perf: measure findings and render docs/performance.md")
+    ap.add_argument("--store", type=Path, default=ROOT / "benchmarks" / "perf" / "results")
+    ap.add_argument("--settings", type=Path, default=HERE / "findings.toml")
+    ap.add_argument("--work", type=Path, default=ROOT / "build" / "perf")
+    ap.add_argument("--sections", default="clients,emulator,render")
+    ap.add_argument("--clients", default=f"{OURS},{PEER},{REF}")
+    ap.add_argument("--quick", action="store_true", help="small sizes (for trying the harness; not published)")
+    ap.add_argument("--client-timeout", type=float, default=300.0)
+    ap.add_argument("--no-render", action="store_true", help="measure and ingest, do not render the document")
+    a = ap.parse_args()
+    a.clients = [c for c in a.clients.split(",") if c]
+    if PEER in a.clients and not (PEER_VENV / "bin" / "python").exists():
+        raise SystemExit(f"perf: no peer venv at {PEER_VENV}; run bash benchmarks/peer/setup.sh "
+                         f"(or pass --clients {OURS},{REF})")
+    if PEER in a.clients and not (TOKENIZER / "tokenizer.json").is_file():
+        subprocess.run([str(PEER_PY), str(ROOT / "benchmarks" / "peer" / "make_tokenizer.py"), str(TOKENIZER)],
+                       check=True)
+    now = dt.datetime.now(dt.timezone.utc)
+    stamp = now.strftime("%Y%m%d-%H%M%S")
+    campaign = f"perf-{stamp}" + ("-quick" if a.quick else "")
+    work = a.work / stamp
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    sections = {"clients": section_clients, "emulator": section_emulator, "render": section_render}
+    for name in a.sections.split(","):
+        if name not in sections:
+            raise SystemExit(f"perf: unknown section {name!r} (known: {', '.join(sections)})")
+        rows += sections[name](a, work)
+    env = environment(a)
+    env["wall_s"] = round(time.perf_counter() - t0, 1)
+    csv_path = a.store / "inputs" / f"{campaign}.csv"
+    env_path = a.store / "inputs" / f"{campaign}.environment.toml"
+    write_outputs(rows, campaign, now.strftime("%Y-%m-%d"), csv_path, env_path, env)
+    log(f"{len(rows)} rows -> {csv_path.relative_to(ROOT) if csv_path.is_relative_to(ROOT) else csv_path}")
+    base = [str(FINDINGS), "--settings", str(a.settings), "--store", str(a.store)]
+    subprocess.run([*base, "ingest", "table", str(csv_path), "--environment", str(env_path)], check=True)
+    if not a.no_render:
+        subprocess.run([*base, "render"], check=True)
+    log(f"done in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""Render scaling: how `findings render` and `findings conclusions` grow with the store.
+
+Builds synthetic stores of N points, written as real run files through
+findings.store: one nightly campaign a day (dated, in order), baseline plus 2-4
+of 5 candidate configs that come and go over the years, 2-3 workloads, C in
+1..250, a fifth of the campaigns with 2 repeats, one run file per (campaign,
+config) of source "runner", runner-like metrics (a few points trip the
+validity gates), and about 5% of the points with per-request records
+(64-256 requests, events of 1-4 tokens). Then it times each command cold (a
+new process per command) and reads the child's peak RSS.
+
+    .venv/bin/python benchmarks/perf/render_scaling.py [--sizes 1000,10000,100000] [--repeats 3]
+
+Prints one JSON row per (size, command):
+{size, command, wall_s, peak_rss_mib, store_mib, runs, points_with_requests}.
+
+Importable: ``measure(sizes, workdir) -> list[dict]`` and ``build_store(folder, n)``.
+Stores are cached in the work folder (default build/perf/render; keyed by
+size, seed and generator version); ``--rebuild`` rebuilds them. The settings
+file written there leaves ``detail_campaigns`` at its default. The page
+cache is not dropped, so "cold" means a fresh interpreter, not a cold disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from findings import store as store_mod  # noqa: E402
+from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar  # noqa: E402
+from findings.schema import SCHEMA_VERSION, point_id  # noqa: E402
+
+#: Bump when the generated shape changes, so cached stores are rebuilt.
+GENERATOR_VERSION = 1
+DEFAULT_SIZES = (1000, 10000, 100000)
+CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 250)
+WORKLOADS = {  # name -> (input_len, output_len, base tok/s at saturation)
+    "sharegpt-chat": (512, 256, 2400.0),
+    "random-1024-512": (1024, 512, 2100.0),
+    "code-2048-256": (2048, 256, 1700.0),
+}
+#: config -> (speculative algorithm, topk, speed-up at C=1, speed-up at C=250, first day, last day)
+CONFIGS: dict[str, tuple[str, int, float, float, int, int]] = {
+    "baseline": ("none", 0, 1.0, 1.0, 0, 10**6),
+    "eagle3-topk1-v1": ("EAGLE3", 1, 1.25, 0.88, 0, 500),
+    "eagle3-topk4-v1": ("EAGLE3", 4, 1.35, 0.80, 0, 350),
+    "eagle3-topk1-v2": ("EAGLE3", 1, 1.32, 0.95, 200, 10**6),
+    "eagle3-topk4-v2": ("EAGLE3", 4, 1.40, 0.86, 420, 10**6),
+    "ngram-n4": ("NGRAM", 1, 1.10, 0.97, 120, 10**6),
+}
+REQUEST_FRACTION = 0.05  # of points carry per-request records
+START = dt.date(2023, 1, 2)
+#: Runs are written in batches of about this many points (one read of the store per batch).
+BATCH_POINTS = 10000
+
+
+def _campaign_plan(rng: random.Random, day: int) -> tuple[list[str], list[str], int]:
+    """Configs, workloads and repeats of one nightly campaign."""
+    alive = [n for n, spec in CONFIGS.items() if n != "baseline" and spec[4] <= day <= spec[5]]
+    k = min(len(alive), rng.choice((2, 3, 3, 4)))
+    configs = ["baseline"] + sorted(rng.sample(alive, k))
+    names = sorted(WORKLOADS)
+    workloads = names if rng.random() < 0.5 else sorted(rng.sample(names, 2))
+    repeats = 2 if rng.random() < 0.2 else 1
+    return configs, workloads, repeats
+
+
+def _throughput(rng: random.Random, config: str, workload: str, c: int, day: int, drift: float) -> float:
+    _, _, low, high, _, _ = CONFIGS[config]
+    top = WORKLOADS[workload][2] * (1.0 + 0.08 * (day // 180))  # a software upgrade every half year
+    base = top * c / (c + 24.0)
+    frac = (len(CONCURRENCIES) - 1 - CONCURRENCIES.index(c)) / (len(CONCURRENCIES) - 1)
+    speedup = high + (low - high) * frac
+    return base * speedup * drift * rng.gauss(1.0, 0.015)
+
+
+def _metrics(rng: random.Random, config: str, workload: str, c: int, tput: float, n_req: int) -> dict[str, float]:
+    in_len, out_len, _ = WORKLOADS[workload]
+    spec = CONFIGS[config][0] != "none"
+    per_user = tput / c
+    tpot = 1000.0 / per_user
+    ttft = 40.0 + 0.9 * in_len / 100.0 * (1 + c / 16.0)
+    e2e = ttft + tpot * (out_len - 1)
+    duration = n_req * out_len / tput
+    failed = float(rng.random() < 0.01) * rng.randint(1, max(1, n_req // 8))
+    lag = rng.uniform(1.0, 8.0) if rng.random() > 0.005 else rng.uniform(30.0, 60.0)
+    m = {
+        THROUGHPUT: tput,
+        "duration": duration,
+        "completed": float(n_req - failed),
+        "failed": failed,
+        "planned": float(n_req),
+        "request_throughput": (n_req - failed) / duration,
+        "total_output_tokens": float((n_req - failed) * out_len),
+        "total_input_tokens": float((n_req - failed) * in_len),
+        "input_throughput": (n_req - failed) * in_len / duration,
+        "concurrency": c * rng.uniform(0.9, 1.0),
+        "client_loop_lag_p50_ms": lag / 3,
+        "client_loop_lag_p99_ms": lag,
+        "client_loop_lag_max_ms": lag * 1.5,
+    }
+    for name, value in (("ttft", ttft), ("tpot", tpot), ("itl", tpot * 0.97), ("e2e_latency", e2e)):
+        m[f"mean_{name}_ms"] = value * 1.05
+        m[f"median_{name}_ms"] = value
+        m[f"p90_{name}_ms"] = value * 1.4
+        m[f"p99_{name}_ms"] = value * rng.uniform(1.8, 2.6)
+    if spec:
+        m["accept_length"] = rng.uniform(2.2, 3.1)
+        m["accept_length_metrics"] = m["accept_length"] * rng.uniform(0.98, 1.02)
+    return {k: round(v, 4) for k, v in m.items()}
+
+
+def _requests(rng: random.Random, c: int, n_req: int, tpot_ms: float, ttft_ms: float) -> dict[str, Any]:
+    """Per-request columns as the runner writes them (bench/metrics.py raw_columns)."""
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "sent_s", "ttft_s", "e2e_s", "input_len", "output_len", "event_s", "event_tokens", "error",
+        "error_type", "spec_verify_ct", "finish_reason")}
+    slot_free = [0.0] * c
+    for i in range(n_req):
+        slot = i % c
+        sent = slot_free[slot] + rng.uniform(0.0, 0.002)
+        out = rng.randint(16, 48)
+        first = ttft_ms / 1000 * rng.uniform(0.8, 1.3)
+        times, counts, t, n = [], [], first, 0
+        while n < out:
+            n = min(out, n + rng.randint(1, 4))
+            times.append(round(t, 6))
+            counts.append(n)
+            t += tpot_ms / 1000 * rng.uniform(1.5, 3.5)
+        end = times[-1]
+        slot_free[slot] = sent + end
+        cols["sent_s"].append(round(sent, 6))
+        cols["ttft_s"].append(round(first, 6))
+        cols["e2e_s"].append(round(end, 6))
+        cols["input_len"].append(rng.randint(200, 1200))
+        cols["output_len"].append(out)
+        cols["event_s"].append(times)
+        cols["event_tokens"].append(counts)
+        cols["error"].append(None)
+        cols["error_type"].append(None)
+        cols["spec_verify_ct"].append(len(times))
+        cols["finish_reason"].append("length")
+    return cols
+
+
+def build_store(folder: Path, n_points: int, seed: int = 0, request_fraction: float = REQUEST_FRACTION) -> dict[str, int]:
+    """A synthetic store of exactly ``n_points`` points: one nightly campaign a
+    day, one run file per (campaign, config), as `findings bench` with a matrix
+    per config would write. Deterministic for a given seed."""
+    rng = random.Random(seed)
+    made = 0
+    day = 0
+    n_runs = 0
+    with_requests = 0
+    pending: list[Run] = []
+    while made < n_points:
+        date = (START + dt.timedelta(days=day)).isoformat()
+        campaign = Campaign(name=f"nightly-{date}", date=date, order=None)
+        configs, workloads, repeats = _campaign_plan(rng, day)
+        drift = rng.gauss(1.0, 0.02)
+        environment: dict[str, Scalar] = {
+            "gpu": "8x NVIDIA RTX PRO 6000 Blackwell", "driver": f"580.{65 + day // 90}",
+            "sglang_version": f"0.5.{20 + day // 180}", "tp_size": 8, "host": f"bench-{1 + (day // 365) % 2}"}
+        runs: list[Run] = []
+        for config in configs:
+            if made >= n_points:
+                break
+            algo, topk, *_ = CONFIGS[config]
+            facts: dict[str, Scalar] = {"speculative_algorithm": algo, "tp_size": 8,
+                                        "launch": f"python -m sglang.launch_server --tp 8 --config {config}"}
+            if topk:
+                facts["speculative_eagle_topk"] = topk
+                facts["speculative_num_steps"] = 3
+            points: list[Point] = []
+            content = f"{seed}/{campaign.name}/{config}"
+            run_id = f"bench-{date.replace('-', '')}-{hashlib.sha256(content.encode()).hexdigest()[:10]}"
+            for workload in workloads:
+                for c in CONCURRENCIES:
+                    for repeat in range(repeats):
+                        if made >= n_points:
+                            break
+                        n_req = rng.randint(64, 256)
+                        tput = _throughput(rng, config, workload, c, day, drift)
+                        metrics = _metrics(rng, config, workload, c, tput, n_req)
+                        requests = None
+                        if rng.random() < request_fraction:
+                            requests = _requests(rng, c, n_req, metrics["median_tpot_ms"], metrics["median_ttft_ms"])
+                            with_requests += 1
+                        in_len, out_len, _ = WORKLOADS[workload]
+                        params: dict[str, Scalar] = {"dataset_name": "random", "random_input_len": in_len,
+                                                     "random_output_len": out_len, "num_prompts": n_req,
+                                                     "api": "native", "transport": "aiohttp", "warmup": 2,
+                                                     "request_rate": "inf", "repeat": repeat + 1}
+                        points.append(Point(id=point_id(run_id, len(points)), run_id=run_id, campaign=campaign.name,
+                                            config=config, workload=workload, concurrency=c, metrics=metrics,
+                                            source="runner", source_file=None, source_line=None,
+                                            workload_params=params, requests=requests))
+                        made += 1
+            if not points:
+                continue
+            runs.append(Run(schema_version=SCHEMA_VERSION, run_id=run_id, source="runner", importer="findings-bench",
+                            importer_version="1", tool_version="0.1.0", created_at=f"{date}T03:00:00Z",
+                            source_file=None, source_sha256=hashlib.sha256(content.encode()).hexdigest(),
+                            environment=environment, campaigns=(campaign,), configs={config: facts},
+                            points=tuple(points),
+                            provenance={"url": "http://127.0.0.1:30000", "started_at": f"{date}T01:00:00Z",
+                                        "ended_at": f"{date}T03:00:00Z", "flush_cache": True}))
+        pending.extend(runs)
+        n_runs += len(runs)
+        day += 1
+        if sum(len(r.points) for r in pending) >= BATCH_POINTS or made >= n_points:
+            _write(folder, pending)
+            pending = []
+    if pending:
+        _write(folder, pending)
+    return {"points": made, "runs": n_runs, "campaigns": day, "points_with_requests": with_requests}
+
+
+def _write(folder: Path, runs: list[Run]) -> None:
+    store_mod.add_runs(folder, runs)  # one check of the store per batch, each file atomic
+
+
+def _store_mib(folder: Path) -> float:
+    return sum(p.stat().st_size for p in (folder / "runs").glob("*.json")) / 2**20
+
+
+def _cached_store(workdir: Path, size: int, seed: int, rebuild: bool,
+                  request_fraction: float = REQUEST_FRACTION) -> tuple[Path, dict[str, int]]:
+    folder = workdir / (f"store-{size}" if request_fraction == REQUEST_FRACTION
+                        else f"store-{size}-requests-{request_fraction:g}")
+    marker = folder / "synthetic.json"
+    key = {"size": size, "seed": seed, "generator": GENERATOR_VERSION, "request_fraction": request_fraction}
+    if not rebuild and marker.is_file():
+        info = json.loads(marker.read_text())
+        if info.get("key") == key:
+            return folder, info["stats"]
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    t0 = time.perf_counter()
+    stats = build_store(folder, size, seed, request_fraction)
+    print(f"built {folder}: {stats} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    marker.write_text(json.dumps({"key": key, "stats": stats}))
+    return folder, stats
+
+
+def _settings(workdir: Path) -> Path:
+    path = workdir / "findings.toml"
+    path.write_text(
+        "[findings]\n"
+        'title = "Render scaling (synthetic store)"\n'
+        'baseline = "baseline"\n'
+        f"templates = {json.dumps(str(REPO / 'templates'))}\n"
+        'template = "eagle-fast-verify.md.j2"\n'
+    )
+    return path
+
+
+def _findings_cmd() -> list[str]:
+    script = Path(sys.executable).parent / "findings"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "findings"]
+
+
+def timed(argv: list[str], cwd: Path, stdout: Path) -> tuple[float, float]:
+    """Run one command in a fresh process: (wall seconds, peak RSS MiB of the child)."""
+    with open(stdout, "wb") as out, open(stdout.with_suffix(".err"), "wb") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): "
+                           f"{stdout.with_suffix('.err').read_text()[-2000:]}")
+    return wall, usage.ru_maxrss / 1024  # Linux: KiB
+
+
+def measure(sizes: list[int] | tuple[int, ...] = DEFAULT_SIZES, workdir: Path | str = "build/perf/render",
+            seed: int = 0, repeats: int = 1, rebuild: bool = False,
+            request_fraction: float = REQUEST_FRACTION) -> list[dict[str, Any]]:
+    """Rows {size, command, wall_s, peak_rss_mib, store_mib, runs, points_with_requests};
+    wall_s is the best of ``repeats`` fresh processes, peak RSS that run's."""
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    settings = _settings(workdir)
+    rows = []
+    for size in sizes:
+        folder, stats = _cached_store(workdir, size, seed, rebuild, request_fraction)
+        base = _findings_cmd() + ["--store", str(folder), "--settings", str(settings)]
+        commands = {
+            "render": base + ["render", "--output", str(workdir / f"doc-{size}.md")],
+            "conclusions": base + ["conclusions", "--json"],
+        }
+        for name, argv in commands.items():
+            best: tuple[float, float] | None = None
+            for _ in range(repeats):
+                wall, rss = timed(argv, workdir, workdir / f"{name}-{size}.out")
+                if best is None or wall < best[0]:
+                    best = (wall, rss)
+            assert best is not None
+            rows.append({"size": size, "command": name, "wall_s": round(best[0], 3),
+                         "peak_rss_mib": round(best[1], 1), "store_mib": round(_store_mib(folder), 1),
+                         "runs": stats["runs"], "points_with_requests": stats["points_with_requests"]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
+                    help="store sizes in points, comma-separated")
+    ap.add_argument("--workdir", default=str(REPO / "build" / "perf" / "render"),
+                    help="where stores, settings and outputs go")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=1, help="fresh processes per command; the fastest is kept")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild cached stores")
+    ap.add_argument("--request-fraction", type=float, default=REQUEST_FRACTION,
+                    help="share of points with per-request records")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    for row in measure(sizes, args.workdir, args.seed, args.repeats, args.rebuild, args.request_fraction):
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Generic tables of stored measurements for templates. Pure.
+
+A template that is not the deployment document (docs/performance.md, say)
+needs plain tables of what the store holds: one metric, rows by config,
+columns by concurrency, for the latest campaign that measured a workload.
+``measurements`` flattens a Dataset for the template; ``pivot`` builds one
+such table (render.py registers it as the ``pivot`` filter).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+from findings.model import Dataset
+from findings.report import Table
+
+
+def measurements(data: Dataset) -> list[dict[str, Any]]:
+    """Every point as a plain mapping, in campaign replay order, then store order."""
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    pts = sorted(enumerate(data.points), key=lambda ip: (rank.get(ip[1].campaign, -1), ip[0]))
+    return [{"campaign": p.campaign, "workload": p.workload, "config": p.config, "concurrency": p.concurrency,
+             "metrics": dict(p.metrics), "simulated": p.simulated, "note": p.note} for _, p in pts]
+
+
+def latest_campaign(rows: Sequence[Mapping[str, Any]], workload: str) -> str | None:
+    names = [r["campaign"] for r in rows if r["workload"] == workload]
+    return names[-1] if names else None
+
+
+def _key(row: Mapping[str, Any], by: str) -> Any:
+    return row["metrics"].get(by) if by not in row else row[by]
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return f"{int(value):,}"
+    if isinstance(value, int):
+        return f"{value:,}" if value >= 10000 else str(value)
+    return str(value)
+
+
+def _number(value: float, digits: int) -> str:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def pivot(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, *, rows_by: str = "config",
+          cols_by: str = "concurrency", campaign: str | None = None, relative_to: str | None = None,
+          order: Sequence[str] = (), digits: int = 1, col_prefix: str = "C=", corner: str = "") -> Table:
+    """One metric as a table of ``rows_by`` x ``cols_by``, for one campaign
+    (default: the latest that measured ``workload``). Repeats are averaged.
+    With ``relative_to`` (a value of ``rows_by``), each cell is the ratio
+    to that row's value in the same column (and that row is left out)."""
+    camp = campaign or latest_campaign(rows, workload)
+    sel = [r for r in rows if r["workload"] == workload and r["campaign"] == camp and metric in r["metrics"]]
+    cells: dict[tuple[Any, Any], list[float]] = {}
+    for r in sel:
+        cells.setdefault((_key(r, rows_by), _key(r, cols_by)), []).append(float(r["metrics"][metric]))
+    mean = {k: sum(v) / len(v) for k, v in cells.items()}
+    cols = sorted({c for _, c in mean}, key=lambda c: (not isinstance(c, (int, float)), c))
+    seen = list(dict.fromkeys(rk for rk, _ in mean))
+    ordered = [o for o in order if o in seen] + sorted(x for x in seen if x not in order)
+    if relative_to is not None:
+        ordered = [x for x in ordered if x != relative_to]
+    headers = [corner or rows_by] + [f"{col_prefix}{_label(c)}" for c in cols]
+    out: list[list[str]] = []
+    for rk in ordered:
+        line = [_label(rk)]
+        for c in cols:
+            v = mean.get((rk, c))
+            if v is None or not math.isfinite(v):
+                line.append("—")
+            elif relative_to is not None:
+                ref = mean.get((relative_to, c))
+                line.append(f"{v / ref:.2f}x" if ref else "—")
+            else:
+                line.append(_number(v, digits))
+        out.append(line)
+    return Table(headers=tuple(headers), rows=tuple(tuple(x) for x in out),
+                 align=("left",) + ("right",) * len(cols))
+
+
+def lookup(rows: Sequence[Mapping[str, Any]], workload: str, config: str, metric: str,
+           concurrency: int | None = None, campaign: str | None = None,
+           where: Mapping[str, float] | None = None) -> float | None:
+    """One value (the mean over repeats) from the latest campaign that measured
+    ``workload``; ``where`` keeps only rows whose metrics have those values."""
+    camp = campaign or latest_campaign(rows, workload)
+    vals = [float(r["metrics"][metric]) for r in rows
+            if r["workload"] == workload and r["campaign"] == camp and r["config"] == config
+            and (concurrency is None or r["concurrency"] == concurrency) and metric in r["metrics"]
+            and all(r["metrics"].get(k) == v for k, v in (where or {}).items())]
+    return sum(vals) / len(vals) if vals else None
+
+
+def template_functions(data: Dataset) -> dict[str, Any]:
+    """``pivot``, ``lookup`` and ``latest_campaign`` for templates, over this
+    Dataset's points (flattened once, on first use)."""
+    cache: list[list[dict[str, Any]]] = []
+
+    def rows() -> list[dict[str, Any]]:
+        if not cache:
+            cache.append(measurements(data))
+        return cache[0]
+
+    def _pivot(workload: str, metric: str, **kw: Any) -> Table:
+        return pivot(rows(), workload, metric, **kw)
+
+    def _lookup(workload: str, config: str, metric: str, concurrency: int | None = None,
+                campaign: str | None = None, where: Mapping[str, float] | None = None) -> float | None:
+        return lookup(rows(), workload, config, metric, concurrency, campaign, where)
+
+    def _latest(workload: str) -> str | None:
+        return latest_campaign(rows(), workload)
+
+    return {"pivot": _pivot, "lookup": _lookup, "latest_campaign": _latest}

@@ -1,0 +1,233 @@
+"""What `make perf` relies on: the emulator's firehose fast path, its ground
+truth (log, first-bytes arrival, step lateness), the client's timing figures,
+the reference client and the template tables. Real subprocesses and sockets.
+Speed targets are not asserted here: they live in benchmarks/perf/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import ROOT, cli
+from findings.model import Campaign, Dataset, Point
+from findings.pivot import lookup, measurements, pivot
+from findings.validity import Gates, reasons
+
+from test_bench_e2e import emulator, runs, start_emulator  # noqa: F401 (emulator is a fixture)
+
+PY = sys.executable
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def _sse(client: httpx.Client, body: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    with client.stream("POST", "/generate", json=body) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                out.append(json.loads(line[6:]))
+    return out
+
+
+def test_firehose_fast_path_events_and_ground_truth_log(tmp_path: Path) -> None:
+    log = tmp_path / "truth.jsonl"
+    proc, url = start_emulator("--profile", "firehose", "--ground-truth", "--ground-truth-log", str(log))
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            t0 = time.time()
+            first = _sse(client, {"input_ids": [5, 6, 7], "rid": "a", "stream": True,
+                                  "sampling_params": {"max_new_tokens": 40}})
+            second = _sse(client, {"text": "x y", "stream": True, "sampling_params": {"max_new_tokens": 3}})
+            metrics = client.get("/metrics").text
+    finally:
+        _stop(proc)
+    assert [e["meta_info"]["completion_tokens"] for e in first] == list(range(1, 41))
+    assert [len(e["output_ids"]) for e in first] == list(range(1, 41))  # cumulative, as SGLang streams them
+    assert all(e["meta_info"]["id"] == "a" and e["meta_info"]["prompt_tokens"] == 3 for e in first)
+    assert all(e["meta_info"]["finish_reason"] is None for e in first[:-1])
+    assert first[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 40}
+    assert first[-1]["meta_info"]["e2e_latency"] >= 0
+    marker_a, marker_b = first[-1]["text"].split()[0], second[-1]["text"].split()[0]
+    assert marker_a.startswith("r") and marker_a != marker_b  # unique per request: the peer's texts match
+    stamps = [e["meta_info"]["emulator_event_ts"] for e in first]
+    arrival = first[0]["meta_info"]["emulator_arrival_ts"]
+    assert t0 <= arrival <= stamps[0] and stamps == sorted(stamps)
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["rid"] for x in lines][0] == "a" and len(lines) == 2
+    assert lines[0]["text_sha1"] == hashlib.sha1(first[-1]["text"].encode()).hexdigest()
+    assert len(lines[0]["events"]) == 40 and lines[0]["arrival"] == pytest.approx(arrival, abs=1e-5)
+    assert "sglang:generation_tokens_total" in metrics and " 43.0" in metrics
+
+
+def test_engine_path_ground_truth_log_matches_the_streamed_text(tmp_path: Path) -> None:
+    log = tmp_path / "truth.jsonl"
+    proc, url = start_emulator("--profile", "baseline", "--speed", "50", "--ground-truth-log", str(log))
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            events = _sse(client, {"text": "hello there", "stream": True, "sampling_params": {"max_new_tokens": 9}})
+    finally:
+        _stop(proc)
+    (line,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert line["text_sha1"] == hashlib.sha1(events[-1]["text"].encode()).hexdigest()
+    assert len(line["events"]) == len(events) and line["arrival"] <= line["events"][0]
+
+
+def test_arrival_is_when_the_first_bytes_were_read_not_when_the_body_completed() -> None:
+    proc, url = start_emulator("--profile", "baseline", "--speed", "50", "--ground-truth")
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        body = json.dumps({"text": "a", "stream": False, "sampling_params": {"max_new_tokens": 2}}).encode()
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            t_head = time.time()
+            s.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+            time.sleep(0.3)
+            t_body = time.time()
+            s.sendall(body)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+    finally:
+        _stop(proc)
+    meta = json.loads(data.split(b"\r\n\r\n", 1)[1])["meta_info"]
+    assert t_head - 0.01 <= meta["emulator_arrival_ts"] < t_body - 0.2
+
+
+def test_server_info_reports_step_lateness_and_flush_resets_it() -> None:
+    proc, url = start_emulator("--profile", "baseline", "--speed", "50")
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            _sse(client, {"text": "a", "stream": True, "sampling_params": {"max_new_tokens": 16}})
+            sched = client.get("/server_info").json()["emulator_schedule"]
+            assert sched["steps"] >= 16
+            assert 0 <= sched["lateness_p50_ms"] <= sched["lateness_p99_ms"] <= sched["lateness_max_ms"]
+            assert client.post("/flush_cache").status_code == 200
+            assert client.get("/server_info").json()["emulator_schedule"] == {"steps": 0}
+    finally:
+        _stop(proc)
+
+
+def test_bench_records_itl_error_cpu_and_a_clock_that_starts_before_the_server_reads(emulator, store) -> None:
+    url = emulator("--profile", "firehose", "--ground-truth")
+    r = cli("bench", "--url", url, "--config", "baseline", "--campaign", "c1", "--workload", "w",
+            "--concurrency", "4", "--num-prompts", "12", "--input-len", "8", "--output-len", "30",
+            "--warmup", "1", "--no-progress", store=store)
+    assert r.exit_code == 0, r.output
+    (doc,) = runs(store)
+    p = doc["points"][0]
+    m, req = p["metrics"], p["requests"]
+    for k in ("ttft_client_error_p50_ms", "ttft_client_error_p99_ms", "itl_client_error_p50_ms",
+              "itl_client_error_p99_ms", "client_cpu_fraction"):
+        assert k in m, k
+    assert 0 < m["client_cpu_fraction"] <= 1.5
+    # The clock starts when the body goes to the socket: never after the server read it.
+    assert min(req["server_arrival_minus_sent_s"]) >= -0.002
+    assert [len(x) for x in req["server_event_minus_sent_s"]] == [len(x) for x in req["event_s"]]
+
+
+def test_client_cpu_gate_flags_a_busy_client() -> None:
+    def point(cpu: float) -> Point:
+        return Point(id="p", run_id="r", campaign="c", config="x", workload="w", concurrency=8,
+                     metrics={"output_throughput_tok_s": 1.0, "client_cpu_fraction": cpu}, source="runner",
+                     source_file=None, source_line=None)
+
+    assert reasons(point(0.5), {}, Gates()) == ()
+    (why,) = reasons(point(0.97), {}, Gates())
+    assert "97%" in why and "client-bound" in why
+    assert reasons(point(0.97), {}, Gates(max_client_cpu=0.99)) == ()
+
+
+def test_reference_client_against_the_firehose(tmp_path: Path) -> None:
+    proc, url = start_emulator("--profile", "firehose", "--ground-truth")
+    try:
+        out = tmp_path / "ref.json"
+        subprocess.run([PY, str(ROOT / "benchmarks" / "perf" / "refclient.py"), url, "--concurrency", "3",
+                        "--num-prompts", "7", "--output-len", "16", "--keep-requests", "--out", str(out)],
+                       check=True, timeout=60)
+    finally:
+        _stop(proc)
+    d = json.loads(out.read_text())
+    assert d["completed"] == 7 and d["tokens"] == 7 * 16 and d["events"] == 7 * 16
+    assert sorted(r["index"] for r in d["requests"]) == list(range(7))
+    assert all(r["events"][0][2] >= r["server_arrival_wall"] for r in d["requests"])
+
+
+def _perf_module() -> Any:
+    spec = importlib.util.spec_from_file_location("perf_harness", ROOT / "benchmarks" / "perf" / "perf.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_perf_error_metrics_leave_the_first_burst_out_of_the_steady_state() -> None:
+    perf = _perf_module()
+    per = [(0, 0.050, [0.010]), (1, 0.040, [0.0]), (2, 0.001, [0.0, 0.001]), (3, 0.002, [0.002])]
+    m = perf.error_metrics(per, 2)
+    assert m["ttft_client_error_p50_ms"] == pytest.approx(1.5)
+    assert m["ttft_client_error_all_p99_ms"] > 40
+    assert m["matched_requests"] == 4
+    assert perf.error_metrics(per[:2], 2)["ttft_client_error_p50_ms"] == pytest.approx(45)
+
+
+def _data() -> Dataset:
+    pts = []
+    for camp in ("old", "new"):
+        for cfg, scale in (("ours", 2.0), ("peer", 1.0)):
+            for c in (64, 250):
+                pts.append(Point(id=f"{camp}{cfg}{c}", run_id="r", campaign=camp, config=cfg, workload="fh",
+                                 concurrency=c, metrics={"output_throughput_tok_s": scale * c * (3 if camp == "new" else 1),
+                                                         "size": float(c)},
+                                 source="runner", source_file=None, source_line=None))
+    return Dataset(campaigns=(Campaign("old", "2026-01-01"), Campaign("new", "2026-02-01")), points=tuple(pts),
+                   configs={})
+
+
+def test_pivot_tables_use_the_latest_campaign_and_ratios() -> None:
+    rows = measurements(_data())
+    t = pivot(rows, "fh", "output_throughput_tok_s", order=["peer", "ours"])
+    assert t.headers == ("config", "C=64", "C=250")
+    assert t.rows == (("peer", "192.0", "750.0"), ("ours", "384.0", "1,500"))
+    r = pivot(rows, "fh", "output_throughput_tok_s", relative_to="peer")
+    assert r.rows == (("ours", "2.00x", "2.00x"),)
+    old = pivot(rows, "fh", "output_throughput_tok_s", campaign="old", cols_by="size", col_prefix="")
+    assert old.headers == ("config", "64", "250") and old.rows[0] == ("ours", "128.0", "500.0")
+    assert lookup(rows, "fh", "ours", "output_throughput_tok_s", 250) == 1500
+    assert lookup(rows, "fh", "ours", "output_throughput_tok_s", where={"size": 64.0}) == 384
+    assert lookup(rows, "nope", "ours", "output_throughput_tok_s") is None
+
+
+def test_table_rows_marked_na_store_points_the_analysis_leaves_out(tmp_path: Path, store: Path) -> None:
+    csv = tmp_path / "perf.csv"
+    csv.write_text("campaign,date,workload,config,concurrency,output_throughput_tok_s,wall_s\n"
+                   "p1,2026-11-30,w,baseline,1,100,\n"
+                   "p1,2026-11-30,render-scaling,render,1,n/a,0.5\n")
+    r = cli("ingest", "table", str(csv), store=store)
+    assert r.exit_code == 0, r.output
+    (doc,) = runs(store)
+    assert [sorted(p["metrics"]) for p in doc["points"]] == [["output_throughput_tok_s"], ["wall_s"]]
+    out = cli("conclusions", "--json", store=store)
+    assert out.exit_code == 0, out.output
+    assert "render-scaling" not in json.loads(out.output)["workloads"]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("campaign,workload,config,concurrency,output_throughput_tok_s\nq,w,baseline,1,\n")
+    r = cli("ingest", "table", str(bad), store=tmp_path / "other")
+    assert r.exit_code != 0 and "output_throughput_tok_s" in r.output

@@ -13,7 +13,7 @@ from findings import fmt, prose, views
 from findings.analysis import (Cell, Comparison, Conclusions, Rules, analysis_workload, campaign_comparisons,
                                cells, conclude, workload_tables)
 from findings.history import Entry, replay
-from findings.model import Dataset, Point, Scalar
+from findings.model import THROUGHPUT, Dataset, Point, Scalar
 from findings.validity import flagged
 
 
@@ -295,7 +295,8 @@ def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, 
         src = (run.source_file if run and run.source_file else p.source)
         where = f"{src}:{p.source_line}" if p.source_line is not None else str(src)
         rows.append((labels.of[p.id], p.id, p.campaign, analysis_workload(p.workload, p.simulated), p.config,
-                     str(p.concurrency), fmt.tput(p.throughput), where, "; ".join(flags.get(p.id, ()))))
+                     str(p.concurrency), fmt.tput(p.metrics[THROUGHPUT]) if THROUGHPUT in p.metrics else "n/a",
+                     where, "; ".join(flags.get(p.id, ()))))
     return Table(("label", "point id", "campaign", "workload", "config", "C", "tok/s", "source", "flagged"),
                  tuple(rows), ("left", "left", "left", "left", "left", "right", "right", "left", "left"))
 

@@ -21,8 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Mapping
 
-import orjson
 
+from findings import jsonfast
 from findings.errors import DuplicateError, StoreError
 from findings.model import Campaign, Dataset, Run, Scalar
 from findings.schema import run_from_dict, run_to_dict
@@ -92,8 +92,8 @@ def read_run(path: Path) -> Run:
         raise StoreError(f"{path}: cannot read: {exc}") from exc
     run = None
     try:  # orjson checks the UTF-8 itself
-        run = run_from_dict(orjson.loads(raw), str(path), big_floats=False)
-    except (orjson.JSONDecodeError, StoreError):
+        run = run_from_dict(jsonfast.loads(raw), str(path), big_floats=False)
+    except (jsonfast.JSONDecodeError, StoreError):
         pass
     if run is None:
         try:  # again as text, exactly as it has always been read

@@ -325,9 +325,14 @@ def section_clients(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- emulator schedule
 
 def section_emulator(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
-    # speed 50, C=8: the tests' emulators; speed 4 up to C=250: the demo's matrix.
-    sweep = [(1.0, 16), (4.0, 250), (50.0, 8)] if a.quick else \
-        [(1.0, 16), (1.0, 64), (1.0, 250), (4.0, 16), (4.0, 64), (4.0, 250), (10.0, 1000), (50.0, 8)]
+    # Where the demo and the tests run the emulator: speed 2 up to C=250 (make demo,
+    # make bench), speed 2 up to C=100 (the matrix test), speed 10 up to C=32 (the
+    # batching test), speed 25 with C=4 and speed 50 with C=8 (functional tests).
+    sweep = [(2.0, 250), (4.0, 250), (50.0, 8)] if a.quick else \
+        [(1.0, 64), (1.0, 250), (2.0, 100), (2.0, 250), (4.0, 250), (10.0, 32), (10.0, 1000), (25.0, 4),
+         (50.0, 8)]
+    if a.emulator_sweep:
+        sweep = [(float(x.split(":")[0]), int(x.split(":")[1])) for x in a.emulator_sweep.split(",")]
     rows = []
     for speed, c in sweep:
         tag = f"sched-s{speed:g}-c{c}"
@@ -444,6 +449,8 @@ def main() -> int:
     ap.add_argument("--clients", default=f"{OURS},{PEER},{REF}")
     ap.add_argument("--quick", action="store_true", help="small sizes (for trying the harness; not published)")
     ap.add_argument("--client-timeout", type=float, default=300.0)
+    ap.add_argument("--emulator-sweep", default="", metavar="SPEED:C,...",
+                    help="the emulator section's (speed, C) points instead of the default sweep")
     ap.add_argument("--no-render", action="store_true", help="measure and ingest, do not render the document")
     a = ap.parse_args()
     a.clients = [c for c in a.clients.split(",") if c]

@@ -1,4 +1,4 @@
-"""HTTP transports. The only module that imports aiohttp, httpx and orjson.
+"""HTTP transports. The only module that imports aiohttp and httpx (orjson through findings.jsonfast).
 
 - ``AiohttpTransport``: the streaming hot path. One shared ClientSession, a
   connector with no connection limit (limit=0), keep-alive reuse, and orjson
@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import aiohttp
 import httpx
-import orjson
 
+from findings import jsonfast
 from findings.bench.protocol import Parser, Request
 from findings.bench.records import RequestRecord
 
@@ -72,8 +72,8 @@ def _data(line: bytes, parser: Parser, now: float) -> bool:
     if payload == b"[DONE]":
         return True
     try:
-        obj = orjson.loads(payload)
-    except orjson.JSONDecodeError:
+        obj = jsonfast.loads(payload)
+    except jsonfast.JSONDecodeError:
         parser.error("sse", f"malformed SSE data: {payload[:80]!r}")
         return True
     parser.feed(obj, now)
@@ -115,7 +115,7 @@ class AiohttpTransport:
         trace.on_request_chunk_sent.append(body_sent)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.read_timeout_s)
         self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self.headers,
-                                             json_serialize=lambda o: orjson.dumps(o).decode(),
+                                             json_serialize=lambda o: jsonfast.dumps(o).decode(),
                                              trace_configs=[trace])
 
     async def close(self) -> None:
@@ -137,7 +137,7 @@ class AiohttpTransport:
 
     async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
         assert self.session is not None
-        body = orjson.dumps(req.body)
+        body = jsonfast.dumps(req.body)
         clock = time.perf_counter
         rec.sent_wall = time.time()
         rec.sent = clock()
@@ -220,7 +220,7 @@ class HttpxTransport:
 
     async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
         assert self.client is not None
-        body = orjson.dumps(req.body)
+        body = jsonfast.dumps(req.body)
         clock = time.perf_counter
         rec.sent_wall = time.time()
         rec.sent = clock()

@@ -31,6 +31,7 @@ from findings.emulator.engine import (VOCAB, Engine, Seq, Step, StepResult, coun
                                       token_id)
 from findings.emulator.model import PROFILES, Profile, mean_accept_length
 from findings.emulator.protocol import BadRequest, SeqSpec, parse_generate, parse_openai
+from findings import jsonfast
 from findings.errors import FindingsError
 
 __all__ = ["EmulatorOptions", "Faults", "build_app", "serve"]
@@ -473,7 +474,7 @@ _WRITE_ERRORS = (ConnectionError,)
 
 
 def _dumps(payload: Any) -> bytes:
-    return json.dumps(payload, separators=(",", ":")).encode()
+    return jsonfast.dumps(payload)
 
 
 def _native_error(message: str, status: int, kind: str) -> web.Response:

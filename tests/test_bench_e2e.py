@@ -165,7 +165,7 @@ configs = ["baseline", "eagle3-topk1-v2", "eagle3-topk4-v1"]
 
 def test_matrix_launch_mode_reproduces_the_seed_policies(tmp_path, store):
     matrix = tmp_path / "m.toml"
-    matrix.write_text(MATRIX.replace("SPEED", "2"))  # inside the emulator's schedule limit (docs/performance.md)
+    matrix.write_text(MATRIX.replace("SPEED", "1"))  # inside the emulator's schedule limit (docs/performance.md)
     r = cli("bench", str(matrix), "--no-progress", "--log-dir", str(tmp_path / "logs"), store=store)
     assert r.exit_code == 0, r.output
     docs = runs(store)

@@ -325,11 +325,11 @@ def section_clients(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- emulator schedule
 
 def section_emulator(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
-    # Where the demo and the tests run the emulator: speed 2 up to C=250 (make demo,
-    # make bench), speed 2 up to C=100 (the matrix test), speed 10 up to C=32 (the
+    # Where the demo and the tests run the emulator: speed 1 up to C=250 (make demo,
+    # make bench), speed 1 up to C=100 (the matrix test), speed 10 up to C=32 (the
     # batching test), speed 25 with C=4 and speed 50 with C=8 (functional tests).
-    sweep = [(2.0, 250), (4.0, 250), (50.0, 8)] if a.quick else \
-        [(1.0, 64), (1.0, 250), (2.0, 100), (2.0, 250), (4.0, 250), (10.0, 32), (10.0, 1000), (25.0, 4),
+    sweep = [(1.0, 250), (4.0, 250), (50.0, 8)] if a.quick else \
+        [(1.0, 64), (1.0, 100), (1.0, 250), (2.0, 250), (4.0, 250), (10.0, 32), (10.0, 1000), (25.0, 4),
          (50.0, 8)]
     if a.emulator_sweep:
         sweep = [(float(x.split(":")[0]), int(x.split(":")[1])) for x in a.emulator_sweep.split(",")]

@@ -391,7 +391,7 @@ def report(a: argparse.Namespace, results: list[tuple[str, int, int, list[Client
                      f"{within(ratio(ot, pt))} | {fmt(pf)} | {fmt(of)} | {fmt(ratio(of, pf), 3)} | "
                      f"{within(ratio(of, pf))} |")
     lines += ["", "TTFT against the server's own clock (the emulator's /metrics histogram sum/count over the "
-              "run: arrival of the parsed request to the step that made its first token; with --warmup 0 it "
+              "run: arrival (the server reading the request's first bytes) to the step that made its first token; with --warmup 0 it "
               "covers exactly the measured requests). Client overhead = client mean - server mean.", "",
               "| profile | C | client | client TTFT mean ms | server TTFT mean ms | client overhead ms "
               "| ours: ground-truth TTFT error p50 / p99 ms |",

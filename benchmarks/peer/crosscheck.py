@@ -68,13 +68,15 @@ class Emulator:
     """One emulator process, in its own process group; its output goes to a log."""
 
     def __init__(self, profile: str, speed: float | None, seed: int, ground_truth: bool, log: Path,
-                 ready_timeout_s: float = 60.0) -> None:
-        self.cmd = [str(PROJECT_PY), "-m", "findings.emulator", "--port", "0", "--profile", profile,
+                 ready_timeout_s: float = 60.0, prefix: tuple[str, ...] = (), extra: tuple[str, ...] = ()) -> None:
+        """``prefix`` goes before the command (e.g. taskset), ``extra`` after its options."""
+        self.cmd = [*prefix, str(PROJECT_PY), "-m", "findings.emulator", "--port", "0", "--profile", profile,
                     "--seed", str(seed)]
         if speed is not None:
             self.cmd += ["--speed", f"{speed:g}"]
         if ground_truth:
             self.cmd += ["--ground-truth"]
+        self.cmd += list(extra)
         self.log = log
         self.url: str | None = None
         self.ready_line = ""

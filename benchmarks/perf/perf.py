@@ -39,13 +39,10 @@ import hashlib
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -53,12 +50,14 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks" / "peer"))
+import crosscheck  # noqa: E402 (a sibling script: its emulator process wrapper)
+
 PY = ROOT / ".venv" / "bin" / "python"
 FINDINGS = ROOT / ".venv" / "bin" / "findings"
 PEER_PY = ROOT / "benchmarks" / "peer" / "peer-python"
 PEER_VENV = Path(os.environ.get("PEER_VENV", ROOT / "build" / "peer" / "venv"))
 TOKENIZER = ROOT / "build" / "peer" / "tokenizer"
-READY = re.compile(r"findings-emulator: profile (\S+) listening on (http://\S+)")
 
 OURS, PEER, REF = "findings-bench", "sglang.bench_serving", "aiohttp-reference"
 
@@ -96,49 +95,15 @@ def http_json(url: str, method: str = "GET") -> Any:
 
 # --------------------------------------------------------------------------- emulator process
 
-class Emulator:
-    """One emulator process (own process group), pinned to core 0, log to a file."""
+class Emulator(crosscheck.Emulator):
+    """One emulator process (benchmarks/peer/crosscheck.py), pinned to core 0,
+    with its ground-truth log next to its own log."""
 
     def __init__(self, work: Path, tag: str, profile: str, speed: float = 1.0, truth: bool = True) -> None:
         self.truth_log = work / f"truth-{tag}.jsonl"
-        self.log = work / f"emulator-{tag}.log"
-        self.cmd = [*pin(0), str(PY), "-m", "findings.emulator", "--port", "0", "--profile", profile,
-                    "--speed", f"{speed:g}"]
-        if truth:
-            self.cmd += ["--ground-truth", "--ground-truth-log", str(self.truth_log)]
-        self._fh = open(self.log, "w", encoding="utf-8")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, bufsize=1, start_new_session=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        self.url = ""
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:
-                self._fh.write(line)
-                self._fh.flush()
-                m = READY.search(line)
-                if m and not ready.is_set():
-                    self.url = m.group(2).rstrip("/")
-                    ready.set()
-            ready.set()
-
-        threading.Thread(target=pump, daemon=True).start()
-        ready.wait(60)
-        if not self.url:
-            self.stop()
-            raise SystemExit(f"perf: the emulator did not start; log {self.log}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self._fh.close()
+        extra = ("--ground-truth-log", str(self.truth_log)) if truth else ()
+        super().__init__(profile, speed, 0, truth, work / f"emulator-{tag}.log", prefix=tuple(pin(0)), extra=extra)
+        assert self.url
 
     def truth(self) -> dict[str, dict[str, Any]]:
         """Ground truth per request, keyed by the sha1 of its final text."""
@@ -148,12 +113,6 @@ class Emulator:
                 d = json.loads(line)
                 out[d["text_sha1"]] = d
         return out
-
-    def __enter__(self) -> "Emulator":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def run_client(cmd: list[str], logfile: Path, timeout: float) -> tuple[int, float, float]:

@@ -24,6 +24,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 	$(BIN)/mypy
 	$(BIN)/findings render --check
+	$(BIN)/findings --settings benchmarks/perf/findings.toml render --check
 
 # The fuzz and kill tests, much harder than in `make test`.
 soak: $(STAMP)

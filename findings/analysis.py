@@ -16,6 +16,7 @@ document's methodology section (templates/partials/methodology.md.j2):
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
@@ -40,6 +41,10 @@ class Rules:
     #: "repeats" (only over repeats) or "band" (none: the noise band alone).
     interval: str = "auto"
     gates: Gates = field(default_factory=Gates)
+    #: The baseline's drift is measured over its latest this many campaigns
+    #: at each C (0: all of them). Years of nightly campaigns would otherwise
+    #: widen every band until nothing can win (docs/decisions.md D52).
+    drift_window: int = 10
 
 
 @dataclass(frozen=True)
@@ -236,8 +241,9 @@ class Table:
         self._together: dict[tuple[int, str], dict[str, Cell]] = {}
         #: (config a, config b, C) -> the latest campaign that measured both.
         self._common: dict[tuple[str, str, int], Cell] = {}
-        #: C -> [sum, min, max, count] of the baseline's campaign means.
-        self._base: dict[int, list[float]] = {}
+        #: C -> the baseline's campaign means in replay order (the latest
+        #: ``rules.drift_window`` of them, or all).
+        self._base: dict[int, collections.deque[float]] = {}
         self.add(cells)
 
     def add(self, cells: Iterable[Cell]) -> None:
@@ -258,14 +264,11 @@ class Table:
                         self._common[pair + (cell.concurrency,)] = cell
             together[cell.config] = cell
             if cell.config == self.rules.baseline:
-                acc = self._base.get(cell.concurrency)
-                if acc is None:
-                    self._base[cell.concurrency] = [cell.mean, cell.mean, cell.mean, 1.0]
-                else:
-                    acc[0] += cell.mean
-                    acc[1] = min(acc[1], cell.mean)
-                    acc[2] = max(acc[2], cell.mean)
-                    acc[3] += 1
+                means = self._base.get(cell.concurrency)
+                if means is None:
+                    means = self._base[cell.concurrency] = collections.deque(
+                        maxlen=self.rules.drift_window or None)
+                means.append(cell.mean)
         self.configs = tuple(sorted({k[0] for k in self.by_key}, key=self.config_order))
         self.concurrencies = tuple(sorted({k[1] for k in self.by_key}))
         self.drift = {c: self._drift(c) for c in self.concurrencies}
@@ -274,13 +277,16 @@ class Table:
         return (0 if name == self.rules.baseline else 1, name)
 
     def _drift(self, conc: int) -> float:
-        """(max - min) / mean of the baseline's campaign means at C (summed in replay order)."""
-        acc = self._base.get(conc)
-        if acc is None or acc[3] < 2:
+        """(max - min) / mean of the baseline's campaign means at C, over the
+        window (summed in replay order)."""
+        means = self._base.get(conc)
+        if means is None or len(means) < 2:
             return 0.0
-        total, lo, hi, n = acc
-        avg = total / n
-        return (hi - lo) / avg if avg > 0 else 0.0
+        total = 0.0
+        for m in means:
+            total += m
+        avg = total / len(means)
+        return (max(means) - min(means)) / avg if avg > 0 else 0.0
 
     def cells_of(self, config: str, conc: int) -> dict[str, Cell]:
         return self.by_key.get((config, conc), {})

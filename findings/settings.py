@@ -100,7 +100,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
     if not isinstance(table, dict):
         raise SettingsError(f"{path}: [findings] must be a table")
     numbers = {"noise_floor", "confidence", "resamples", "max_failed_fraction", "max_client_lag_ms",
-               "max_client_cpu", "slo_ttft_p99_ms", "slo_tpot_p99_ms"}
+               "max_client_cpu", "slo_ttft_p99_ms", "slo_tpot_p99_ms", "drift_window"}
     known = {"store", "document", "templates", "template", "title", "baseline", "simulated", "plots",
              "interval", "detail_campaigns"} | numbers
     for key in table:
@@ -149,6 +149,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
             noise_floor=check_floor(table.get("noise_floor", DEFAULT_FLOOR), f"{path}: noise_floor"),
             confidence=float(table.get("confidence", 0.95)),
             resamples=int(table.get("resamples", 2000)),
+            drift_window=_whole(table.get("drift_window", Rules.drift_window), f"{path}: drift_window"),
             interval=str(table.get("interval", "auto")),
             gates=Gates(max_failed_fraction=float(table.get("max_failed_fraction", Gates.max_failed_fraction)),
                         max_client_lag_ms=float(table.get("max_client_lag_ms", Gates.max_client_lag_ms)),
@@ -157,6 +158,12 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         slo=Slo(ttft_p99_ms=_opt_float(table.get("slo_ttft_p99_ms")),
                 tpot_p99_ms=_opt_float(table.get("slo_tpot_p99_ms"))),
     )
+
+
+def _whole(v: Any, where: str) -> int:
+    if isinstance(v, float) and not v.is_integer():
+        raise SettingsError(f"{where}: a whole number of campaigns (0: all)")
+    return int(v)
 
 
 def _opt_float(v: Any) -> float | None:

@@ -231,3 +231,32 @@ def test_table_rows_marked_na_store_points_the_analysis_leaves_out(tmp_path: Pat
     bad.write_text("campaign,workload,config,concurrency,output_throughput_tok_s\nq,w,baseline,1,\n")
     r = cli("ingest", "table", str(bad), store=tmp_path / "other")
     assert r.exit_code != 0 and "output_throughput_tok_s" in r.output
+
+
+def test_drift_is_measured_over_the_latest_campaigns_only() -> None:
+    from findings.analysis import Cell, Rules, Table
+
+    def cell(rank: int, mean: float) -> Cell:
+        return Cell(workload="w", campaign=f"c{rank}", rank=rank, config="baseline", concurrency=8, mean=mean,
+                    lo=mean, hi=mean, n=1, point_ids=(f"p{rank}",), values=(mean,))
+
+    # An old, very different baseline campaign, then ten steady ones.
+    cells = [cell(0, 50.0)] + [cell(r, 100.0 + r % 2) for r in range(1, 11)]
+    assert Table(cells, Rules(drift_window=0)).drift[8] > 0.4  # all campaigns: the old one dominates
+    assert Table(cells, Rules(drift_window=10)).drift[8] == pytest.approx(1 / 100.5)
+    assert Table(cells[:3], Rules(drift_window=10)).drift[8] == Table(cells[:3], Rules(drift_window=0)).drift[8]
+
+
+def test_drift_window_setting(tmp_path: Path) -> None:
+    from findings.errors import FindingsError
+    from findings.settings import load
+
+    f = tmp_path / "findings.toml"
+    f.write_text("[findings]\ndrift_window = 3\n")
+    assert load(str(f)).rules.drift_window == 3
+    f.write_text("[findings]\ndrift_window = 0\n")
+    assert load(str(f)).rules.drift_window == 0
+    for bad in ("2.5", "-1", "true"):
+        f.write_text(f"[findings]\ndrift_window = {bad}\n")
+        with pytest.raises(FindingsError):
+            load(str(f))

@@ -5,7 +5,9 @@ socket, speaking just enough HTTP/1.1 to be wrong in one chosen way.
 
 MODE: 503 (every /generate answers 503), malformed (an SSE stream with a
 broken data line), hostile (well-formed streams, but a server_info full of
-markup and secrets).
+markup and secrets), oneshot (each connection serves one /generate stream,
+kept alive by HTTP/1.1's default, then drops the connection when the next
+request arrives on it, as llama.cpp's server does with streamed responses).
 """
 
 from __future__ import annotations
@@ -29,10 +31,17 @@ def response(status: str, body: bytes, ctype: str = "application/json") -> bytes
             f"Connection: keep-alive\r\n\r\n").encode() + body
 
 
+def chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    served = False
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
+            if served:
+                return  # drop the kept-alive connection without an answer
             lines = head.decode().split("\r\n")
             method, path, _ = lines[0].split(" ", 2)
             length = 0
@@ -48,6 +57,14 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 writer.write(response("200 OK", json.dumps(SERVER_INFO).encode()))
             elif path == "/generate" and MODE == "503":
                 writer.write(response("503 Service Unavailable", b'{"error": "overloaded"}'))
+            elif path == "/generate" and MODE == "oneshot":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for n in range(1, 5):
+                    meta = {"id": "x", "finish_reason": {"type": "length"} if n == 4 else None,
+                            "prompt_tokens": 4, "completion_tokens": n, "cached_tokens": 0}
+                    writer.write(chunk(b"data: " + json.dumps({"text": "w " * n, "meta_info": meta}).encode() + b"\n\n"))
+                writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+                served = True
             elif path == "/generate":
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
                 events = []

@@ -112,3 +112,14 @@ def test_templates_escape_every_data_field(project, tmp_path):
     assert len(tables) >= 4
     for t in tables:  # an escaped pipe never splits a cell: every row has the header's column count
         assert {row.count("|") for row in t} == {t[0].count("|")}, t
+
+
+def test_a_kept_alive_connection_dropped_by_the_server_is_retried_once(bad_server, store):
+    url = bad_server("oneshot")
+    r = bench(store, url)
+    assert r.exit_code == 0, r.output
+    (doc,) = [json.loads(p.read_text()) for p in (store / "runs").glob("*.json")]
+    m = doc["points"][0]["metrics"]
+    assert m["completed"] == 6 and m["failed"] == 0, m
+    assert m["reconnects"] >= 1  # counted, never hidden
+

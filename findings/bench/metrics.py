@@ -94,6 +94,9 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
         m["client_loop_lag_p50_ms"] = percentile(lag, 50)
         m["client_loop_lag_p99_ms"] = percentile(lag, 99)
         m["client_loop_lag_max_ms"] = max(lag)
+    reconnects = sum(r.reconnects for r in recs)
+    if reconnects:
+        m["reconnects"] = float(reconnects)
     for kind in sorted({r.error_type for r in recs if r.error_type}):
         m[f"errors_{kind}"] = float(sum(1 for r in recs if r.error_type == kind))
     # Client timing error against the emulator's ground truth: the client's

@@ -30,6 +30,7 @@ class RequestRecord:
     server_event_walls: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     body_written: bool = False  # the transport saw the body go to the socket (and restarted ``sent``)
+    reconnects: int = 0  # times the request was sent again because a kept-alive connection was closed
 
     @property
     def ok(self) -> bool:

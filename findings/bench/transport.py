@@ -95,6 +95,7 @@ class AiohttpTransport:
         self.read_timeout_s = read_timeout_s
         self.headers = _headers(api_key)
         self.session: aiohttp.ClientSession | None = None
+        self.fresh: aiohttp.ClientSession | None = None  # one connection per request, for retries
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False,
@@ -121,6 +122,8 @@ class AiohttpTransport:
     async def close(self) -> None:
         if self.session is not None:
             await self.session.close()
+        if self.fresh is not None:
+            await self.fresh.close()
 
     async def prewarm(self, connections: int) -> None:
         assert self.session is not None
@@ -135,6 +138,33 @@ class AiohttpTransport:
 
         await asyncio.gather(*(one() for _ in range(connections)))
 
+    async def _post(self, url: str, body: bytes, rec: RequestRecord) -> aiohttp.ClientResponse:
+        """POST, and once more on a fresh connection when a kept-alive one
+        turns out closed before any response came (servers close idle
+        connections, llama.cpp's after a few requests each). aiohttp retries
+        that only for idempotent methods. The retry restarts the clock and is
+        counted (``reconnects``)."""
+        assert self.session is not None
+        try:
+            return await self.session.post(url, data=body, trace_request_ctx=rec)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise
+            rec.reconnects += 1
+            rec.body_written = False
+            rec.sent_wall = time.time()
+            rec.sent = time.perf_counter()
+            # A fresh connection for certain: the pool may hold more closed ones.
+            return await self._fresh().post(url, data=body, trace_request_ctx=rec)
+
+    def _fresh(self) -> aiohttp.ClientSession:
+        if self.fresh is None:
+            assert self.session is not None
+            self.fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                                               timeout=self.session.timeout, headers=self.headers,
+                                               trace_configs=self.session.trace_configs)
+        return self.fresh
+
     async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
         assert self.session is not None
         body = jsonfast.dumps(req.body)
@@ -142,7 +172,7 @@ class AiohttpTransport:
         rec.sent_wall = time.time()
         rec.sent = clock()
         try:
-            async with self.session.post(self.base_url + req.path, data=body, trace_request_ctx=rec) as resp:
+            async with await self._post(self.base_url + req.path, body, rec) as resp:
                 if resp.status != 200:
                     text = (await resp.text())[:300]
                     parser.error(_status_kind(resp.status), f"HTTP {resp.status}: {text}")

@@ -260,3 +260,29 @@ def test_drift_window_setting(tmp_path: Path) -> None:
         f.write_text(f"[findings]\ndrift_window = {bad}\n")
         with pytest.raises(FindingsError):
             load(str(f))
+
+
+def test_llamacpp_timings_give_the_points_draft_acceptance() -> None:
+    from findings.bench.metrics import derive
+    from findings.bench.protocol import Parser
+    from findings.bench.records import PointOutcome, RequestRecord
+
+    recs = []
+    for i, (n, a) in enumerate(((8, 6), (4, 0))):
+        rec = RequestRecord(index=i, input_len=4, sent=0.0)
+        parser = Parser("openai-completions", rec)
+        parser.feed({"choices": [{"text": "ab", "index": 0}]}, 0.01)
+        parser.feed({"choices": [{"text": "", "index": 0, "finish_reason": "length"}],
+                     "usage": {"completion_tokens": 5, "prompt_tokens": 4},
+                     "timings": {"draft_n": n, "draft_n_accepted": a, "predicted_n": 5}}, 0.02)
+        parser.finish(0.03)
+        recs.append(rec)
+    assert (recs[0].draft_n, recs[0].draft_accepted) == (8, 6)
+    before = {"llamacpp:spec_decode_num_draft_tokens_total": 10.0, "llamacpp:spec_decode_num_accepted_tokens_total": 2.0,
+              "llamacpp:tokens_predicted_total": 100.0}
+    after = {"llamacpp:spec_decode_num_draft_tokens_total": 22.0, "llamacpp:spec_decode_num_accepted_tokens_total": 8.0,
+             "llamacpp:tokens_predicted_total": 110.0}
+    m = derive(PointOutcome(records=tuple(recs), started=0.0, finished=0.03, planned=2, lag_samples_ms=(),
+                            metrics_before=before, metrics_after=after))
+    assert m["draft_tokens"] == 12 and m["draft_accepted_tokens"] == 6 and m["draft_acceptance"] == 0.5
+    assert m["draft_acceptance_metrics"] == 0.5 and m["server_generation_tokens"] == 10

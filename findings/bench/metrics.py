@@ -79,8 +79,25 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
     verify = [r for r in ok if r.spec_verify_ct]
     if verify:
         m["accept_length"] = sum(r.output_tokens for r in verify) / sum(r.spec_verify_ct or 0 for r in verify)
+    drafted = [r for r in ok if r.draft_n is not None and r.draft_accepted is not None]
+    if drafted:
+        # llama.cpp: accepted / drafted tokens over the point's requests.
+        m["draft_tokens"] = float(sum(r.draft_n or 0 for r in drafted))
+        m["draft_accepted_tokens"] = float(sum(r.draft_accepted or 0 for r in drafted))
+        if m["draft_tokens"] > 0:
+            m["draft_acceptance"] = m["draft_accepted_tokens"] / m["draft_tokens"]
     before, after = outcome.metrics_before, outcome.metrics_after
     if before and after:
+        # llama.cpp's counters over the point's window (its warm-up requests included).
+        dn = after.get("llamacpp:spec_decode_num_draft_tokens_total", 0) - before.get(
+            "llamacpp:spec_decode_num_draft_tokens_total", 0)
+        da = after.get("llamacpp:spec_decode_num_accepted_tokens_total", 0) - before.get(
+            "llamacpp:spec_decode_num_accepted_tokens_total", 0)
+        if dn > 0:
+            m["draft_acceptance_metrics"] = da / dn
+        predicted = after.get("llamacpp:tokens_predicted_total", 0) - before.get("llamacpp:tokens_predicted_total", 0)
+        if predicted > 0:
+            m["server_generation_tokens"] = predicted
         gen = after.get("sglang:generation_tokens_total", 0) - before.get("sglang:generation_tokens_total", 0)
         calls = after.get("sglang:spec_verify_calls_total", 0) - before.get("sglang:spec_verify_calls_total", 0)
         if gen > 0:

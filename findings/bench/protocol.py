@@ -163,6 +163,15 @@ class Parser:
         emu = obj.get("emulator")
         if isinstance(emu, dict):
             self._ground_truth(emu)
+        timings = obj.get("timings")
+        if isinstance(timings, dict):
+            self._draft(timings)
+
+    def _draft(self, t: dict[str, Any]) -> None:
+        """llama.cpp's server: draft tokens proposed and accepted for this response."""
+        n, a = t.get("draft_n"), t.get("draft_n_accepted")
+        if type(n) is int and type(a) is int and 0 <= a <= n:
+            self.rec.draft_n, self.rec.draft_accepted = n, a
 
     def _spread(self, total: int) -> None:
         """Usage came only at the end: attribute it to chunks by characters."""

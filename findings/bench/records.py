@@ -30,6 +30,9 @@ class RequestRecord:
     server_event_walls: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     body_written: bool = False  # the transport saw the body go to the socket (and restarted ``sent``)
+    #: llama.cpp's per-response speculation counts (``timings.draft_n``, ``draft_n_accepted``).
+    draft_n: int | None = None
+    draft_accepted: int | None = None
     reconnects: int = 0  # times the request was sent again because a kept-alive connection was closed
 
     @property

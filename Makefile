@@ -8,10 +8,13 @@ STAMP  := $(VENV)/.installed
 
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
+# benchmarks/llamacpp-cpu.toml (a real engine on the CPU, tiny random model)
+# goes to its own store and document too, and needs the [engine] extra.
 MATRIX   ?= benchmarks/emulated.toml
 EMULATED := $(findstring emulated,$(MATRIX))
-STORE    ?= $(if $(EMULATED),benchmarks/results-emulated,benchmarks/results)
-SETTINGS ?= $(if $(EMULATED),benchmarks/emulated.findings.toml,findings.toml)
+LLAMACPP := $(findstring llamacpp,$(MATRIX))
+STORE    ?= $(if $(EMULATED),benchmarks/results-emulated,$(if $(LLAMACPP),benchmarks/results-llamacpp,benchmarks/results))
+SETTINGS ?= $(if $(EMULATED),benchmarks/emulated.findings.toml,$(if $(LLAMACPP),benchmarks/llamacpp.findings.toml,findings.toml))
 SUFFIX   ?= -$(shell date -u +%Y%m%d-%H%M%S)
 
 $(STAMP): pyproject.toml
@@ -37,6 +40,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
+	$(if $(LLAMACPP),$(BIN)/python -m pip install --quiet -e '.[engine]')
 	$(BIN)/findings --settings $(SETTINGS) --store $(STORE) bench $(MATRIX) --campaign-suffix=$(SUFFIX)
 	$(BIN)/findings --settings $(SETTINGS) --store $(STORE) render
 

@@ -180,7 +180,10 @@ class Emulator:
         # How late each model step ran against its schedule (seconds), since the last flush.
         self.lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
         self.firehose_seq = 0
-        self.gt_log = open(options.ground_truth_log, "a", encoding="utf-8") if options.ground_truth_log else None  # noqa: SIM115
+        #: Where ground-truth lines go (opened on the first line: serve() builds
+        #: a throwaway Emulator to validate the options, which must not touch it).
+        self.gt_log = options.ground_truth_log
+        self._gt_file: Any = None
 
     def log_truth(self, rid: str, arrival: float, events: list[float], text: str) -> None:
         """One ground-truth line per finished request: the server's own clock."""
@@ -188,8 +191,10 @@ class Emulator:
             return
         line = {"rid": rid, "arrival": arrival, "events": events,
                 "text_sha1": hashlib.sha1(text.encode()).hexdigest()}
-        self.gt_log.write(json.dumps(line, separators=(",", ":")) + "\n")
-        self.gt_log.flush()
+        if self._gt_file is None:
+            self._gt_file = open(self.gt_log, "a", encoding="utf-8")  # noqa: SIM115 (open for the process's life)
+        self._gt_file.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self._gt_file.flush()
 
     def schedule_stats(self) -> dict[str, Any]:
         """Step lateness against the model's schedule since the last /flush_cache (ms)."""
@@ -1030,4 +1035,10 @@ def serve(options: EmulatorOptions) -> None:
     and ValueError for an unknown profile or a non-positive speed.
     """
     Emulator(options)  # validate before binding
+    if options.ground_truth_log:
+        try:
+            open(options.ground_truth_log, "a", encoding="utf-8").close()
+        except OSError as exc:
+            raise FindingsError(f"{options.ground_truth_log}: cannot write the ground-truth log: "
+                                f"{exc.strerror or exc}") from None
     asyncio.run(_serve(options))

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test render demo bench soak typecheck seed clean perf
+.PHONY: test test-engine render demo bench soak typecheck seed clean perf
 
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
@@ -23,11 +23,26 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The llama.cpp engine tier's extra (gguf, numpy: tools/make_tiny_gguf.py).
+ENGINE_STAMP := $(VENV)/.engine-installed
+$(ENGINE_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,engine]'
+	touch $(ENGINE_STAMP)
+
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 	$(BIN)/mypy
 	$(BIN)/findings render --check
 	$(BIN)/findings --settings benchmarks/perf/findings.toml render --check
+	$(BIN)/findings --settings benchmarks/llamacpp.findings.toml render --check
+
+# Conformance of `findings bench` with a real engine, llama.cpp's llama-server
+# on the CPU (tests/engine/). Not part of `make test`: the first build of the
+# engine takes minutes (tools/get_llama_server.sh caches it per machine).
+test-engine: $(ENGINE_STAMP)
+	PYTHON=$(BIN)/python bash tools/get_llama_server.sh >/dev/null
+	FINDINGS_ENGINE=1 $(BIN)/python -m pytest -q tests/engine
+	@cat build/engine/conformance.md
 
 # The fuzz and kill tests, much harder than in `make test`.
 soak: $(STAMP)
@@ -39,8 +54,7 @@ render: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
-	$(if $(LLAMACPP),$(BIN)/python -m pip install --quiet -e '.[engine]')
+bench: $(STAMP) $(if $(LLAMACPP),$(ENGINE_STAMP))
 	$(BIN)/findings --settings $(SETTINGS) --store $(STORE) bench $(MATRIX) --campaign-suffix=$(SUFFIX)
 	$(BIN)/findings --settings $(SETTINGS) --store $(STORE) render
 
@@ -54,6 +68,8 @@ demo: $(STAMP)
 		render --output build/demo/eagle-fast-verify.md
 	$(BIN)/findings --settings benchmarks/emulated.findings.toml --store build/demo/store conclusions
 	@echo "demo document: build/demo/eagle-fast-verify.md"
+	@echo "real measurements (llama.cpp on this CPU, tiny random model): docs/llamacpp-cpu.md;"
+	@echo "  re-measure with make bench MATRIX=benchmarks/llamacpp-cpu.toml, check with make test-engine"
 
 # Measure findings itself (client capacity and timing against the peer
 # sglang.bench_serving and a plain aiohttp client, render scaling, the

@@ -49,17 +49,28 @@ def _number(value: float, digits: int) -> str:
 
 def pivot(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, *, rows_by: str = "config",
           cols_by: str = "concurrency", campaign: str | None = None, relative_to: str | None = None,
-          order: Sequence[str] = (), digits: int = 1, col_prefix: str = "C=", corner: str = "") -> Table:
+          order: Sequence[str] = (), digits: int = 1, col_prefix: str = "C=", corner: str = "",
+          over: str | None = None) -> Table:
     """One metric as a table of ``rows_by`` x ``cols_by``, for one campaign
     (default: the latest that measured ``workload``). Repeats are averaged.
     With ``relative_to`` (a value of ``rows_by``), each cell is the ratio
-    to that row's value in the same column (and that row is left out)."""
+    to that row's value in the same column (and that row is left out).
+    With ``over`` (another metric), each cell is the ratio of the two
+    metrics' means in that cell (say, the client's throughput over the
+    server's), printed with ``digits`` decimals."""
     camp = campaign or latest_campaign(rows, workload)
-    sel = [r for r in rows if r["workload"] == workload and r["campaign"] == camp and metric in r["metrics"]]
+    sel = [r for r in rows if r["workload"] == workload and r["campaign"] == camp and metric in r["metrics"]
+           and (over is None or over in r["metrics"])]
     cells: dict[tuple[Any, Any], list[float]] = {}
+    dens: dict[tuple[Any, Any], list[float]] = {}
     for r in sel:
-        cells.setdefault((_key(r, rows_by), _key(r, cols_by)), []).append(float(r["metrics"][metric]))
+        key = (_key(r, rows_by), _key(r, cols_by))
+        cells.setdefault(key, []).append(float(r["metrics"][metric]))
+        if over is not None:
+            dens.setdefault(key, []).append(float(r["metrics"][over]))
     mean = {k: sum(v) / len(v) for k, v in cells.items()}
+    if over is not None:
+        mean = {k: (v / (sum(dens[k]) / len(dens[k])) if sum(dens[k]) else math.nan) for k, v in mean.items()}
     cols = sorted({c for _, c in mean}, key=lambda c: (not isinstance(c, (int, float)), c))
     seen = list(dict.fromkeys(rk for rk, _ in mean))
     ordered = [o for o in order if o in seen] + sorted(x for x in seen if x not in order)
@@ -76,6 +87,8 @@ def pivot(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, *, rows
             elif relative_to is not None:
                 ref = mean.get((relative_to, c))
                 line.append(f"{v / ref:.2f}x" if ref else "—")
+            elif over is not None:
+                line.append(f"{v:.{digits}f}")
             else:
                 line.append(_number(v, digits))
         out.append(line)
@@ -96,8 +109,19 @@ def lookup(rows: Sequence[Mapping[str, Any]], workload: str, config: str, metric
     return sum(vals) / len(vals) if vals else None
 
 
+def ratios(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, over: str,
+           campaign: str | None = None) -> list[float]:
+    """``metric / over`` of every point of one campaign (default: the latest
+    that measured ``workload``) that has both, in store order: for goal lines
+    such as "the worst deviation from 1"."""
+    camp = campaign or latest_campaign(rows, workload)
+    return [float(r["metrics"][metric]) / float(r["metrics"][over]) for r in rows
+            if r["workload"] == workload and r["campaign"] == camp and metric in r["metrics"]
+            and float(r["metrics"].get(over) or 0) != 0]
+
+
 def template_functions(data: Dataset) -> dict[str, Any]:
-    """``pivot``, ``lookup`` and ``latest_campaign`` for templates, over this
+    """``pivot``, ``lookup``, ``ratios`` and ``latest_campaign`` for templates, over this
     Dataset's points (flattened once, on first use)."""
     cache: list[list[dict[str, Any]]] = []
 
@@ -116,4 +140,7 @@ def template_functions(data: Dataset) -> dict[str, Any]:
     def _latest(workload: str) -> str | None:
         return latest_campaign(rows(), workload)
 
-    return {"pivot": _pivot, "lookup": _lookup, "latest_campaign": _latest}
+    def _ratios(workload: str, metric: str, over: str, campaign: str | None = None) -> list[float]:
+        return ratios(rows(), workload, metric, over, campaign)
+
+    return {"pivot": _pivot, "lookup": _lookup, "ratios": _ratios, "latest_campaign": _latest}

@@ -134,7 +134,11 @@ def _latency_table(vs: list[views.CellView], rules: Rules, spec: set[str], label
 
     rows = []
     for v in sorted(vs, key=lambda v: (v.concurrency, v.config != rules.baseline, v.config)):
+        # Per-request verify counts where the server sends them (SGLang), else
+        # the point's own /metrics window (llama.cpp's spec_decode counters).
         acc = v.get("accept_length")
+        if acc is None:
+            acc = v.get("accept_length_metrics")
         rows.append((str(v.concurrency), v.config, fmt.tput(v.throughput),
                      "—" if v.per_user is None else fmt.tput(v.per_user),
                      f"{ms(v, 'median_ttft_ms')} / {ms(v, 'p99_ttft_ms')}",

@@ -75,5 +75,31 @@ def facts(info: Mapping[str, Any]) -> dict[str, Scalar]:
     return out
 
 
+def props_facts(props: Mapping[str, Any], slots: Any = None) -> dict[str, Scalar]:
+    """Config facts from llama.cpp's ``GET /props`` (its server has no
+    /server_info): the build, the model, the slots and the context; and from
+    ``GET /slots``, whether the slots speculate (a draft model was loaded)."""
+    out: dict[str, Scalar] = {"engine": "llama.cpp"}
+    if isinstance(slots, list) and slots and all(isinstance(s, dict) for s in slots):
+        spec = [s.get("speculative") for s in slots]
+        if all(type(x) is bool for x in spec):
+            out["speculative_algorithm"] = "draft-model" if any(spec) else "none"
+    build = props.get("build_info")
+    if isinstance(build, str) and build:
+        out["llamacpp_build"] = redact(build[:100])
+    for src, dst in (("model_path", "model_path"), ("model_ftype", "dtype")):
+        v = props.get(src)
+        if isinstance(v, str) and v:
+            out[dst] = redact(v[:500])
+    slots = props.get("total_slots")
+    if type(slots) is int and slots > 0:
+        out["max_running_requests"] = slots
+    dgs = props.get("default_generation_settings")
+    n_ctx = dgs.get("n_ctx") if isinstance(dgs, dict) else None
+    if type(n_ctx) is int and n_ctx > 0:
+        out["context_per_slot"] = n_ctx
+    return out
+
+
 def is_emulated(info: Mapping[str, Any]) -> bool:
     return info.get("emulated") is True

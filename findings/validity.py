@@ -53,7 +53,9 @@ def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates) -> tuple[str, .
     if cpu is not None and cpu > gates.max_client_cpu:
         out.append(f"client process busy {cpu:.0%} of the time (limit {gates.max_client_cpu:.0%}): client-bound")
     spec = speculative(facts)
-    has_accept = "accept_length" in m or "accept_length_metrics" in m
+    # SGLang reports an accept length; llama.cpp the accepted share of drafts.
+    has_accept = any(k in m for k in ("accept_length", "accept_length_metrics", "draft_acceptance",
+                                      "draft_acceptance_metrics"))
     if spec is False and has_accept:
         out.append("reports speculative acceptance, but the config runs no speculation")
     if spec is True and not has_accept and p.source in ("runner", "simulated") and m.get("completed", 0) > 0:

@@ -122,4 +122,7 @@ def test_a_kept_alive_connection_dropped_by_the_server_is_retried_once(bad_serve
     m = doc["points"][0]["metrics"]
     assert m["completed"] == 6 and m["failed"] == 0, m
     assert m["reconnects"] >= 1  # counted, never hidden
+    # ... and only until the client learns that this server closes them: each
+    # of the C=2 workers may meet one closed connection, then none reuses.
+    assert m["reconnects"] <= 2
 

@@ -43,6 +43,11 @@ def test_other_gates():
                                             {"speculative_algorithm": "none"}, g)[0]
     assert "reported no acceptance" in reasons(point(0, "x", 1, 1.0, completed=3.0),
                                                {"speculative_algorithm": "EAGLE3"}, g)[0]
+    # llama.cpp reports the accepted share of drafted tokens instead of an accept length
+    assert reasons(point(0, "x", 1, 1.0, completed=3.0, draft_acceptance=0.0),
+                   {"speculative_algorithm": "draft-model"}, g) == ()
+    assert "runs no speculation" in reasons(point(0, "x", 1, 1.0, draft_acceptance_metrics=0.5),
+                                            {"speculative_algorithm": "none"}, g)[0]
     # imported points without acceptance are not judged; unknown facts are not judged
     assert reasons(point(0, "x", 1, 1.0, source="import", completed=3.0), {"speculative_algorithm": "EAGLE3"}, g) == ()
     assert reasons(point(0, "x", 1, 1.0, accept_length=2.0), {}, g) == ()

@@ -7,7 +7,7 @@
 #
 # The binary is built for the native CPU, so it is cached per machine under a
 # key of the llama-cpp-python version, the architecture and a hash of the CPU
-# flags; it is rebuilt only when that key changes. The first build takes about
+# flags; it is rebuilt only when that key changes. The first build took 7 to
 # 11 minutes on 2 cores. Progress goes to stderr; stdout is only the path.
 #
 # Environment: LLAMA_CPP_PYTHON_VERSION (default 0.3.36), FINDINGS_ENGINE_CACHE
@@ -37,6 +37,16 @@ for tool in cmake g++ tar; do
 done
 
 mkdir -p "$CACHE_ROOT"
+# One build at a time per cache: a second caller waits, then reuses it.
+if command -v flock >/dev/null; then
+  exec 9>"$CACHE_ROOT/.lock"
+  flock 9
+  if [[ -x "$bin" ]]; then
+    log "cached (built by another process meanwhile): $bin"
+    echo "$bin"
+    exit 0
+  fi
+fi
 work="$(mktemp -d "$CACHE_ROOT/.build-XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 t0=$(date +%s)
@@ -56,7 +66,7 @@ cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=
   -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF \
   -DGGML_NATIVE=ON >"$work/configure.log" 2>&1 || { tail -30 "$work/configure.log" >&2; exit 1; }
 
-log "building llama-server with $JOBS jobs (about 11 minutes on 2 cores)"
+log "building llama-server with $JOBS jobs (7 to 11 minutes on 2 cores)"
 cmake --build "$work/build" --target llama-server -j "$JOBS" >"$work/build.log" 2>&1 \
   || { tail -40 "$work/build.log" >&2; exit 1; }
 built="$(find "$work/build" -type f -name llama-server -perm -u+x | head -1)"

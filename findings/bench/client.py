@@ -3,7 +3,9 @@
 A request's clock starts immediately before it is written (transport), not
 when it was queued. Warm-up requests run first and are not recorded. A
 monitor task samples the event loop's lag, so that a client that is itself
-the bottleneck shows up in the point's metrics.
+the bottleneck shows up in the point's metrics. The server's ``/metrics``
+counters are scraped after the warm-up and after the last request, so that
+their deltas cover the point's requests and nothing else.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
 from findings.bench.protocol import Parser, build
 from findings.bench.records import PointOutcome, RequestRecord
@@ -64,23 +66,34 @@ async def _closed_loop(transport: StreamTransport, plan: PointPlan, prompts: tup
     return done
 
 
+Scrape = Callable[[], Awaitable[dict[str, float] | None]]
+
+
 async def run_point(transport: StreamTransport, plan: PointPlan,
-                    on_done: Callable[[RequestRecord], None] | None = None) -> PointOutcome:
+                    on_done: Callable[[RequestRecord], None] | None = None,
+                    scrape: Scrape | None = None) -> PointOutcome:
     if plan.warmup:
         await _closed_loop(transport, plan, plan.warmup, "w", None)
     await transport.prewarm(plan.concurrency)
+    before = await scrape() if scrape is not None else None
+    window_start = time.perf_counter()
     samples: list[float] = []
     stop = asyncio.Event()
     monitor = asyncio.create_task(_lag_monitor(samples, stop))
     cpu0 = time.process_time()
     try:
         records = await _closed_loop(transport, plan, plan.prompts, "", on_done)
+        # Before the monitor's last sleep (up to LAG_INTERVAL_S) ends.
+        window_end = time.perf_counter()
+        cpu = time.process_time() - cpu0
     finally:
         stop.set()
         await monitor
-    cpu = time.process_time() - cpu0
+    after = await scrape() if scrape is not None else None
     records.sort(key=lambda r: r.index)
     started = min((r.sent for r in records), default=time.perf_counter())
     finished = max((r.end for r in records if r.end is not None), default=time.perf_counter())
     return PointOutcome(records=tuple(records), started=started, finished=finished,
-                        planned=len(plan.prompts), lag_samples_ms=tuple(samples), cpu_s=cpu)
+                        planned=len(plan.prompts), lag_samples_ms=tuple(samples), cpu_s=cpu,
+                        metrics_before=before, metrics_after=after,
+                        metrics_window=(window_start, window_end) if before and after else None)

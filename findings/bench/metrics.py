@@ -86,24 +86,8 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
         m["draft_accepted_tokens"] = float(sum(r.draft_accepted or 0 for r in drafted))
         if m["draft_tokens"] > 0:
             m["draft_acceptance"] = m["draft_accepted_tokens"] / m["draft_tokens"]
-    before, after = outcome.metrics_before, outcome.metrics_after
-    if before and after:
-        # llama.cpp's counters over the point's window (its warm-up requests included).
-        dn = after.get("llamacpp:spec_decode_num_draft_tokens_total", 0) - before.get(
-            "llamacpp:spec_decode_num_draft_tokens_total", 0)
-        da = after.get("llamacpp:spec_decode_num_accepted_tokens_total", 0) - before.get(
-            "llamacpp:spec_decode_num_accepted_tokens_total", 0)
-        if dn > 0:
-            m["draft_acceptance_metrics"] = da / dn
-        predicted = after.get("llamacpp:tokens_predicted_total", 0) - before.get("llamacpp:tokens_predicted_total", 0)
-        if predicted > 0:
-            m["server_generation_tokens"] = predicted
-        gen = after.get("sglang:generation_tokens_total", 0) - before.get("sglang:generation_tokens_total", 0)
-        calls = after.get("sglang:spec_verify_calls_total", 0) - before.get("sglang:spec_verify_calls_total", 0)
-        if gen > 0:
-            m["server_generation_tokens"] = gen
-        if calls > 0:
-            m["accept_length_metrics"] = gen / calls
+    m.update(_server_figures(ok))
+    m.update(_counter_deltas(outcome))
     if outcome.cpu_s is not None:
         m["client_cpu_fraction"] = outcome.cpu_s / duration
     if outcome.lag_samples_ms:
@@ -141,6 +125,69 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
     return {k: v for k, v in m.items() if math.isfinite(v)}
 
 
+def _server_figures(ok: Sequence[RequestRecord]) -> dict[str, float]:
+    """What the server said about each request, summed over the point."""
+    m: dict[str, float] = {}
+    cached = [r.cached_tokens for r in ok if r.cached_tokens is not None]
+    if cached:
+        m["cached_prompt_tokens"] = float(sum(cached))
+    told = [r for r in ok if r.server_output_tokens is not None]
+    if told:
+        # llama.cpp: its own count of each response's tokens (timings.predicted_n)
+        # against the usage the client counted from.
+        m["server_output_tokens"] = float(sum(r.server_output_tokens or 0 for r in told))
+        m["token_count_mismatches"] = float(sum(1 for r in told if r.server_output_tokens != r.output_tokens))
+    return m
+
+
+def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
+    if name not in after:
+        return None
+    return after[name] - before.get(name, 0.0)
+
+
+def _counter_deltas(outcome: PointOutcome) -> dict[str, float]:
+    """The server's /metrics counters over the point's window: scraped after
+    the warm-up and after the last request (client.run_point), so the deltas
+    cover exactly the point's requests when nothing else uses the server."""
+    before, after = outcome.metrics_before, outcome.metrics_after
+    if not before or not after:
+        return {}
+    m: dict[str, float] = {}
+    llama = "llamacpp:tokens_predicted_total" in after
+    gen = _delta(before, after, "llamacpp:tokens_predicted_total" if llama else "sglang:generation_tokens_total")
+    if gen is not None and gen > 0:
+        m["server_generation_tokens"] = gen
+        if outcome.metrics_window is not None:
+            t0, t1 = outcome.metrics_window
+            if t1 > t0:
+                m["server_metrics_window_s"] = t1 - t0
+                m["server_output_throughput_tok_s"] = gen / (t1 - t0)
+    if llama:
+        dn = _delta(before, after, "llamacpp:spec_decode_num_draft_tokens_total")
+        da = _delta(before, after, "llamacpp:spec_decode_num_accepted_tokens_total")
+        steps = _delta(before, after, "llamacpp:spec_decode_num_drafts_total")
+        if dn and da is not None and dn > 0:
+            m["draft_tokens_metrics"] = dn
+            m["draft_acceptance_metrics"] = da / dn
+            if steps:
+                # Tokens per verification step (the accepted drafts plus the
+                # target's own token), as SGLang's accept length counts them.
+                m["accept_length_metrics"] = (da + steps) / steps
+        prompt = _delta(before, after, "llamacpp:prompt_tokens_total")
+        cached = _delta(before, after, "llamacpp:prompt_tokens_cached_total")
+        if prompt is not None:
+            m["server_prompt_tokens"] = prompt + (cached or 0.0)
+    else:
+        calls = _delta(before, after, "sglang:spec_verify_calls_total")
+        if gen and calls:
+            m["accept_length_metrics"] = gen / calls
+        prompt = _delta(before, after, "sglang:prompt_tokens_total")
+        if prompt is not None and prompt > 0:
+            m["server_prompt_tokens"] = prompt
+    return m
+
+
 def _r(x: float | None, digits: int = 6) -> float | None:
     return None if x is None else round(x, digits)
 
@@ -167,6 +214,18 @@ def raw_columns(outcome: PointOutcome) -> dict[str, Any]:
         "spec_verify_ct": [r.spec_verify_ct for r in recs],
         "finish_reason": [r.finish_reason for r in recs],
     }
+    optional: dict[str, list[Any]] = {
+        "prompt_tokens": [r.prompt_tokens for r in recs],
+        "cached_tokens": [r.cached_tokens for r in recs],
+        "server_output_tokens": [r.server_output_tokens for r in recs],
+        "server_prompt_eval": [r.server_prompt_eval for r in recs],
+        "server_prompt_ms": [_r(r.server_prompt_ms, 3) for r in recs],
+        "server_decode_ms": [_r(r.server_decode_ms, 3) for r in recs],
+        "draft_n": [r.draft_n for r in recs],
+        "draft_accepted": [r.draft_accepted for r in recs],
+    }
+    # Only what this server reports: stores of other servers keep their shape.
+    cols.update({k: v for k, v in optional.items() if any(x is not None for x in v)})
     if any(r.server_arrival_wall is not None for r in recs):
         cols["server_arrival_minus_sent_s"] = [
             _r(r.server_arrival_wall - r.sent_wall) if r.server_arrival_wall is not None else None for r in recs]

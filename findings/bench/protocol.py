@@ -56,6 +56,17 @@ def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str) -> Re
     raise ValueError(f"unknown api {api!r}; choose one of {', '.join(APIS)}")
 
 
+def _count(v: Any) -> int | None:
+    """A token count from a server: a non-negative int (not a bool), else None."""
+    return v if type(v) is int and v >= 0 else None
+
+
+def _ms(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 <= v < 1e12):
+        return None
+    return float(v)
+
+
 class Parser:
     """Feeds decoded stream events into a RequestRecord."""
 
@@ -108,6 +119,8 @@ class Parser:
                 self.rec.server_event_walls.append(float(ts))
         if self.rec.prompt_tokens is None and isinstance(meta.get("prompt_tokens"), int):
             self.rec.prompt_tokens = meta["prompt_tokens"]
+        if _count(meta.get("cached_tokens")) is not None:
+            self.rec.cached_tokens = meta["cached_tokens"]
         self._ground_truth(meta)
         fin = meta.get("finish_reason")
         if fin is not None:
@@ -149,6 +162,9 @@ class Parser:
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             if self.rec.prompt_tokens is None and isinstance(usage.get("prompt_tokens"), int):
                 self.rec.prompt_tokens = usage["prompt_tokens"]
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
+                self.rec.cached_tokens = details["cached_tokens"]
             if content or not self._chunks:
                 self._usage_seen = True
                 self._tokens(now, usage["completion_tokens"])
@@ -168,10 +184,27 @@ class Parser:
             self._draft(timings)
 
     def _draft(self, t: dict[str, Any]) -> None:
-        """llama.cpp's server: draft tokens proposed and accepted for this response."""
+        """llama.cpp's per-response ``timings`` (tools/server: the final chunk):
+        what SGLang's ``meta_info`` carries, under other names.
+
+        - ``predicted_n``: tokens generated (SGLang ``completion_tokens``);
+        - ``prompt_n`` + ``cache_n``: prompt tokens evaluated and reused
+          (SGLang ``prompt_tokens`` and ``cached_tokens``);
+        - ``prompt_ms``, ``predicted_ms``: the server's prefill and decode time;
+        - ``draft_n``, ``draft_n_accepted``: speculation (SGLang has the number
+          of verify steps, ``spec_verify_ct``, instead).
+        """
+        rec = self.rec
         n, a = t.get("draft_n"), t.get("draft_n_accepted")
         if type(n) is int and type(a) is int and 0 <= a <= n:
-            self.rec.draft_n, self.rec.draft_accepted = n, a
+            rec.draft_n, rec.draft_accepted = n, a
+        rec.server_output_tokens = _count(t.get("predicted_n"))
+        rec.server_prompt_eval = _count(t.get("prompt_n"))
+        cache_n = _count(t.get("cache_n"))
+        if cache_n is not None and rec.cached_tokens is None:
+            rec.cached_tokens = cache_n
+        rec.server_prompt_ms = _ms(t.get("prompt_ms"))
+        rec.server_decode_ms = _ms(t.get("predicted_ms"))
 
     def _spread(self, total: int) -> None:
         """Usage came only at the end: attribute it to chunks by characters."""

@@ -33,6 +33,15 @@ class RequestRecord:
     #: llama.cpp's per-response speculation counts (``timings.draft_n``, ``draft_n_accepted``).
     draft_n: int | None = None
     draft_accepted: int | None = None
+    #: Prompt tokens the server reused from its cache (SGLang ``meta_info.cached_tokens``,
+    #: OpenAI ``usage.prompt_tokens_details.cached_tokens``, llama.cpp ``timings.cache_n``).
+    cached_tokens: int | None = None
+    #: The server's own per-response figures, where it sends them (llama.cpp ``timings``):
+    #: tokens generated, prompt tokens evaluated, and the milliseconds of each phase.
+    server_output_tokens: int | None = None
+    server_prompt_eval: int | None = None
+    server_prompt_ms: float | None = None
+    server_decode_ms: float | None = None
     reconnects: int = 0  # times the request was sent again because a kept-alive connection was closed
 
     @property
@@ -50,6 +59,11 @@ class PointOutcome:
     planned: int
     lag_samples_ms: tuple[float, ...]
     cpu_s: float | None = None  # CPU time of the client process over the point (all its threads)
-    metrics_before: dict[str, float] | None = None  # /metrics counters
+    #: /metrics counters, scraped after the warm-up and after the last request,
+    #: so that their deltas cover exactly the point's requests.
+    metrics_before: dict[str, float] | None = None
     metrics_after: dict[str, float] | None = None
+    #: perf_counter times bounding the counters' window: when the first scrape's
+    #: answer arrived and when the second scrape was sent.
+    metrics_window: tuple[float, float] | None = None
     interrupted: bool = False

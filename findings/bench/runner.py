@@ -175,6 +175,11 @@ def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
     except serverinfo.FactError as exc:
         facts = {}
         print(f"warning: ignoring server_info.{exc.key}: {exc}", file=sys.stderr)
+    if not info:
+        # llama.cpp's server has no /server_info; it describes itself in /props.
+        props = control.get_json("/props")
+        if props:
+            facts.update(serverinfo.props_facts(props, control.get_any("/slots")))
     model = (models[0] if models else None) or str(model_info.get("model_path") or info.get("model_path") or "default")
     facts.setdefault("model_path", str(model_info.get("model_path") or model))
     archs = model_info.get("architectures")
@@ -250,6 +255,9 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
     transport = make_transport(sweep.transport, target.url, top, sweep.read_timeout_s, opts.api_key)
     await transport.start()
     progress = Progress(opts.progress)
+
+    async def scrape() -> dict[str, float] | None:
+        return parse_prometheus(await asyncio.to_thread(target.control.metrics_text))
     try:
         for w in workloads:
             for c in sweep.concurrency:
@@ -263,13 +271,10 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
                                      rid_prefix=f"{campaign.name}-{target.spec.name}-{c}-{repeat}-{time.time_ns()}")
                     if sweep.flush_cache:
                         await asyncio.to_thread(target.control.flush_cache)
-                    before = parse_prometheus(await asyncio.to_thread(target.control.metrics_text))
                     label = f"{target.spec.name} {w.name} C={c} rep {repeat}/{sweep.repeats}"
                     started_wall = _now_iso()
                     progress.start(label, n)
-                    outcome = await run_point(transport, plan, progress.tick)
-                    after = parse_prometheus(await asyncio.to_thread(target.control.metrics_text))
-                    outcome = replace(outcome, metrics_before=before, metrics_after=after)
+                    outcome = await run_point(transport, plan, progress.tick, scrape)
                     progress.end(_point_line(label, outcome))
                     path = _store_point(opts, target, campaign, w, sweep, c, repeat, outcome, started_wall,
                                         environment)

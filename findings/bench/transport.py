@@ -80,6 +80,12 @@ def _data(line: bytes, parser: Parser, now: float) -> bool:
     return bool(parser.rec.error)
 
 
+#: Idle kept-alive connections are closed by us after this long: under the
+#: 5 s idle timeout of uvicorn (SGLang, vLLM), so a connection we reuse was
+#: never closed by the server for idleness. A server that closed one anyway
+#: closes them on purpose (llama.cpp's, after each stream): see ``no_reuse``.
+KEEPALIVE_S = 4.0
+
 #: How long to wait for the end of a body after its [DONE] event.
 DRAIN_S = 1.0
 
@@ -96,10 +102,15 @@ class AiohttpTransport:
         self.headers = _headers(api_key)
         self.session: aiohttp.ClientSession | None = None
         self.fresh: aiohttp.ClientSession | None = None  # one connection per request, for retries
+        #: Set at the first kept-alive connection the server had closed: from
+        #: then on every request gets a fresh connection (llama.cpp's server
+        #: closes each one after a streamed response), instead of paying a
+        #: failed write and a retry for every other request.
+        self.no_reuse = False
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False,
-                                         enable_cleanup_closed=True)
+                                         enable_cleanup_closed=True, keepalive_timeout=KEEPALIVE_S)
         # The request's clock starts when aiohttp hands the body to the socket.
         # On Python < 3.12 aiohttp writes the body from a task that first runs
         # one event-loop turn after post() was called; in a busy client that
@@ -141,16 +152,20 @@ class AiohttpTransport:
     async def _post(self, url: str, body: bytes, rec: RequestRecord) -> aiohttp.ClientResponse:
         """POST, and once more on a fresh connection when a kept-alive one
         turns out closed before any response came (servers close idle
-        connections, llama.cpp's after a few requests each). aiohttp retries
-        that only for idempotent methods. The retry restarts the clock and is
-        counted (``reconnects``)."""
+        connections, llama.cpp's after each streamed response). aiohttp
+        retries that only for idempotent methods. The retry restarts the
+        clock and is counted (``reconnects``); later requests of this
+        transport then always get a fresh connection (``no_reuse``)."""
         assert self.session is not None
+        if self.no_reuse:
+            return await self._fresh().post(url, data=body, trace_request_ctx=rec)
         try:
             return await self.session.post(url, data=body, trace_request_ctx=rec)
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
             if isinstance(exc, aiohttp.ClientConnectorError):
                 raise
             rec.reconnects += 1
+            self.no_reuse = True
             rec.body_written = False
             rec.sent_wall = time.time()
             rec.sent = time.perf_counter()
@@ -306,18 +321,23 @@ class Control:
     def get_json(self, *paths: str) -> dict[str, Any] | None:
         """The first path that answers 200 with a JSON object, else None."""
         for path in paths:
-            try:
-                r = self.client.get(path)
-            except httpx.HTTPError:
-                continue
-            if r.status_code == 200:
-                try:
-                    doc = r.json()
-                except ValueError:
-                    continue
-                if isinstance(doc, dict):
-                    return doc
+            doc = self.get_any(path)
+            if isinstance(doc, dict):
+                return doc
         return None
+
+    def get_any(self, path: str) -> Any:
+        """The JSON document at ``path`` (any type) if it answers 200, else None."""
+        try:
+            r = self.client.get(path)
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        try:
+            return r.json()
+        except ValueError:
+            return None
 
     def healthy(self) -> bool:
         try:

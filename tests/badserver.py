@@ -16,6 +16,8 @@ import asyncio
 import json
 import sys
 
+from rawhttp import chunk, read_request, response, serve
+
 MODE = sys.argv[1] if len(sys.argv) > 1 else "503"
 SERVER_INFO = {
     "model_path": "evil|model<script>alert(1)</script>\n| injected | row |",
@@ -26,30 +28,13 @@ SERVER_INFO = {
 }
 
 
-def response(status: str, body: bytes, ctype: str = "application/json") -> bytes:
-    return (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-            f"Connection: keep-alive\r\n\r\n").encode() + body
-
-
-def chunk(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
-
-
 async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     served = False
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
+            method, path, _ = await read_request(reader)
             if served:
                 return  # drop the kept-alive connection without an answer
-            lines = head.decode().split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
-            length = 0
-            for line in lines[1:]:
-                if line.lower().startswith("content-length:"):
-                    length = int(line.split(":", 1)[1])
-            if length:
-                await reader.readexactly(length)
             if path in ("/health", "/v1/models", "/model_info"):
                 body = {"data": [{"id": "bad"}]} if path == "/v1/models" else {}
                 writer.write(response("200 OK", json.dumps(body).encode()))
@@ -90,13 +75,5 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
-async def main() -> None:
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    print(f"badserver {MODE} listening on http://127.0.0.1:{port}", flush=True)
-    async with server:
-        await server.serve_forever()
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
+    serve(handle, f"badserver {MODE}")

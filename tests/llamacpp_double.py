@@ -22,6 +22,8 @@ import json
 import sys
 import time
 
+from rawhttp import chunk, read_request, response, serve
+
 ACCEPT: float | None = None
 STEP_S = 0.001
 N_MAX = 4
@@ -33,13 +35,11 @@ COUNTERS = {
 }
 
 
-def response(status: str, body: bytes, ctype: str = "application/json") -> bytes:
-    return (f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-            f"Keep-Alive: timeout=5, max=100\r\n\r\n").encode() + body
+KEEP_ALIVE = "Keep-Alive: timeout=5, max=100"
 
 
-def chunk(data: bytes) -> bytes:
-    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+def reply(status: str, body: bytes, ctype: str = "application/json") -> bytes:
+    return response(status, body, ctype, KEEP_ALIVE)
 
 
 def sse(obj: object) -> bytes:
@@ -123,36 +123,29 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
     streamed = False
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode().split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
-            length = 0
-            for line in lines[1:]:
-                if line.lower().startswith("content-length:"):
-                    length = int(line.split(":", 1)[1])
-            raw = await reader.readexactly(length) if length else b""
+            method, path, raw = await read_request(reader)
             if streamed:
                 return  # after a stream the kept-alive connection is dropped unanswered
             if path == "/health":
-                writer.write(response("200 OK", b'{"status":"ok"}'))
+                writer.write(reply("200 OK", b'{"status":"ok"}'))
             elif path == "/v1/models":
-                writer.write(response("200 OK", json.dumps(
+                writer.write(reply("200 OK", json.dumps(
                     {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "llamacpp"}]}).encode()))
             elif path == "/props":
-                writer.write(response("200 OK", json.dumps(
+                writer.write(reply("200 OK", json.dumps(
                     {"total_slots": 8, "model_path": MODEL, "model_ftype": "all F32", "build_info": "b1-double",
                      "default_generation_settings": {"n_ctx": 1024, "params": {}}}).encode()))
             elif path == "/slots":
                 slots = [{"id": i, "n_ctx": 1024, "speculative": ACCEPT is not None, "is_processing": False}
                          for i in range(8)]
-                writer.write(response("200 OK", json.dumps(slots).encode()))
+                writer.write(reply("200 OK", json.dumps(slots).encode()))
             elif path == "/metrics":
-                writer.write(response("200 OK", metrics_text(), "text/plain; version=0.0.4"))
+                writer.write(reply("200 OK", metrics_text(), "text/plain; version=0.0.4"))
             elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
                 await stream(writer, path, json.loads(raw))
                 streamed = True
             else:
-                writer.write(response("404 Not Found", b'{"error":{"code":404,"message":"File Not Found"}}'))
+                writer.write(reply("404 Not Found", b'{"error":{"code":404,"message":"File Not Found"}}'))
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
@@ -160,15 +153,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
-async def main() -> None:
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    print(f"llamacpp double listening on http://127.0.0.1:{port}", flush=True)
-    async with server:
-        await server.serve_forever()
-
-
 if __name__ == "__main__":
     if "--accept" in sys.argv:
         ACCEPT = float(sys.argv[sys.argv.index("--accept") + 1])
-    asyncio.run(main())
+    serve(handle, "llamacpp double")

@@ -218,3 +218,21 @@ def test_pivot_over_and_ratios() -> None:
     t = pivot(rows, "w", "a", over="b", digits=3)
     assert t.rows == (("x", "1.010", "0.990"), ("y", "—", "—"))
     assert ratios(rows, "w", "a", "b") == [1.01, 0.99]
+
+
+def test_cached_tokens_from_sglang_meta_info_and_openai_usage() -> None:
+    rec = RequestRecord(index=0, input_len=4)
+    p = Parser("native", rec)
+    p.feed({"text": "a", "meta_info": {"completion_tokens": 1, "prompt_tokens": 9, "cached_tokens": 0}}, 0.1)
+    p.feed({"text": "ab", "meta_info": {"completion_tokens": 2, "prompt_tokens": 9, "cached_tokens": 6,
+                                        "finish_reason": {"type": "length"}}}, 0.2)
+    p.finish(0.3)
+    assert rec.ok and rec.cached_tokens == 6 and rec.prompt_tokens == 9
+    rec = RequestRecord(index=0, input_len=4)
+    p = Parser("openai-completions", rec)
+    p.feed({"choices": [{"text": "a", "finish_reason": "length"}],
+            "usage": {"completion_tokens": 1, "prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 5}}}, 0.1)
+    p.finish(0.2)
+    assert rec.ok and rec.cached_tokens == 5
+    m = derive(PointOutcome(records=(rec,), started=0.0, finished=1.0, planned=1, lag_samples_ms=()))
+    assert m["cached_prompt_tokens"] == 5 and "server_output_tokens" not in m

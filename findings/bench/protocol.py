@@ -119,8 +119,6 @@ class Parser:
                 self.rec.server_event_walls.append(float(ts))
         if self.rec.prompt_tokens is None and isinstance(meta.get("prompt_tokens"), int):
             self.rec.prompt_tokens = meta["prompt_tokens"]
-        if _count(meta.get("cached_tokens")) is not None:
-            self.rec.cached_tokens = meta["cached_tokens"]
         self._ground_truth(meta)
         fin = meta.get("finish_reason")
         if fin is not None:
@@ -128,6 +126,7 @@ class Parser:
             if fin == "abort" or (isinstance(fin, dict) and fin.get("type") == "abort"):
                 self.error("server_error", f"aborted: {fin.get('message', '') if isinstance(fin, dict) else ''}")
             self._spec(meta)
+            self.rec.cached_tokens = _count(meta.get("cached_tokens"))  # read once, at the end
 
     def _spec(self, d: dict[str, Any]) -> None:
         v = d.get("spec_verify_ct")
@@ -162,9 +161,10 @@ class Parser:
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             if self.rec.prompt_tokens is None and isinstance(usage.get("prompt_tokens"), int):
                 self.rec.prompt_tokens = usage["prompt_tokens"]
-            details = usage.get("prompt_tokens_details")
-            if isinstance(details, dict) and _count(details.get("cached_tokens")) is not None:
-                self.rec.cached_tokens = details["cached_tokens"]
+            if self.rec.cached_tokens is None:  # with continuous usage, in every event: read once
+                details = usage.get("prompt_tokens_details")
+                if isinstance(details, dict):
+                    self.rec.cached_tokens = _count(details.get("cached_tokens"))
             if content or not self._chunks:
                 self._usage_seen = True
                 self._tokens(now, usage["completion_tokens"])

@@ -16,7 +16,7 @@ import asyncio
 import json
 import sys
 
-from rawhttp import chunk, read_request, response, serve
+from rawhttp import CLOSE, DROP_NEXT, KEEP, chunk, connections, response, serve
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "503"
 SERVER_INFO = {
@@ -28,52 +28,41 @@ SERVER_INFO = {
 }
 
 
-async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    served = False
-    try:
-        while True:
-            method, path, _ = await read_request(reader)
-            if served:
-                return  # drop the kept-alive connection without an answer
-            if path in ("/health", "/v1/models", "/model_info"):
-                body = {"data": [{"id": "bad"}]} if path == "/v1/models" else {}
-                writer.write(response("200 OK", json.dumps(body).encode()))
-            elif path in ("/server_info", "/get_server_info"):
-                writer.write(response("200 OK", json.dumps(SERVER_INFO).encode()))
-            elif path == "/generate" and MODE == "503":
-                writer.write(response("503 Service Unavailable", b'{"error": "overloaded"}'))
-            elif path == "/generate" and MODE == "oneshot":
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-                for n in range(1, 5):
-                    meta = {"id": "x", "finish_reason": {"type": "length"} if n == 4 else None,
-                            "prompt_tokens": 4, "completion_tokens": n, "cached_tokens": 0}
-                    writer.write(chunk(b"data: " + json.dumps({"text": "w " * n, "meta_info": meta}).encode() + b"\n\n"))
-                writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
-                served = True
-            elif path == "/generate":
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
-                events = []
-                for n in range(1, 5):
-                    meta = {"id": "x", "finish_reason": {"type": "length"} if n == 4 else None,
-                            "prompt_tokens": 4, "completion_tokens": n, "cached_tokens": 0}
-                    events.append(b"data: " + json.dumps({"text": "w " * n, "meta_info": meta}).encode() + b"\n\n")
-                if MODE == "malformed":
-                    events.insert(2, b'data: {"text": "broken, "meta_info": \n\n')
-                events.append(b"data: [DONE]\n\n")
-                for e in events:
-                    writer.write(e)
-                    await writer.drain()
-                    await asyncio.sleep(0.001)
-                writer.close()
-                return
-            else:
-                writer.write(response("404 Not Found", b"{}"))
+async def respond(method: str, path: str, body: bytes, writer: asyncio.StreamWriter) -> str:
+    if path in ("/health", "/v1/models", "/model_info"):
+        doc = {"data": [{"id": "bad"}]} if path == "/v1/models" else {}
+        writer.write(response("200 OK", json.dumps(doc).encode()))
+    elif path in ("/server_info", "/get_server_info"):
+        writer.write(response("200 OK", json.dumps(SERVER_INFO).encode()))
+    elif path == "/generate" and MODE == "503":
+        writer.write(response("503 Service Unavailable", b'{"error": "overloaded"}'))
+    elif path == "/generate" and MODE == "oneshot":
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for n in range(1, 5):
+            meta = {"id": "x", "finish_reason": {"type": "length"} if n == 4 else None,
+                    "prompt_tokens": 4, "completion_tokens": n, "cached_tokens": 0}
+            writer.write(chunk(b"data: " + json.dumps({"text": "w " * n, "meta_info": meta}).encode() + b"\n\n"))
+        writer.write(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        return DROP_NEXT  # drop the kept-alive connection without an answer
+    elif path == "/generate":
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+        events = []
+        for n in range(1, 5):
+            meta = {"id": "x", "finish_reason": {"type": "length"} if n == 4 else None,
+                    "prompt_tokens": 4, "completion_tokens": n, "cached_tokens": 0}
+            events.append(b"data: " + json.dumps({"text": "w " * n, "meta_info": meta}).encode() + b"\n\n")
+        if MODE == "malformed":
+            events.insert(2, b'data: {"text": "broken, "meta_info": \n\n')
+        events.append(b"data: [DONE]\n\n")
+        for e in events:
+            writer.write(e)
             await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
-        pass
-    finally:
-        writer.close()
+            await asyncio.sleep(0.001)
+        return CLOSE
+    else:
+        writer.write(response("404 Not Found", b"{}"))
+    return KEEP
 
 
 if __name__ == "__main__":
-    serve(handle, f"badserver {MODE}")
+    serve(connections(respond), f"badserver {MODE}")

@@ -22,7 +22,7 @@ import json
 import sys
 import time
 
-from rawhttp import chunk, read_request, response, serve
+from rawhttp import DROP_NEXT, KEEP, chunk, connections, response, serve
 
 ACCEPT: float | None = None
 STEP_S = 0.001
@@ -119,41 +119,31 @@ async def stream(writer: asyncio.StreamWriter, path: str, body: dict) -> None:
     await writer.drain()
 
 
-async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    streamed = False
-    try:
-        while True:
-            method, path, raw = await read_request(reader)
-            if streamed:
-                return  # after a stream the kept-alive connection is dropped unanswered
-            if path == "/health":
-                writer.write(reply("200 OK", b'{"status":"ok"}'))
-            elif path == "/v1/models":
-                writer.write(reply("200 OK", json.dumps(
-                    {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "llamacpp"}]}).encode()))
-            elif path == "/props":
-                writer.write(reply("200 OK", json.dumps(
-                    {"total_slots": 8, "model_path": MODEL, "model_ftype": "all F32", "build_info": "b1-double",
-                     "default_generation_settings": {"n_ctx": 1024, "params": {}}}).encode()))
-            elif path == "/slots":
-                slots = [{"id": i, "n_ctx": 1024, "speculative": ACCEPT is not None, "is_processing": False}
-                         for i in range(8)]
-                writer.write(reply("200 OK", json.dumps(slots).encode()))
-            elif path == "/metrics":
-                writer.write(reply("200 OK", metrics_text(), "text/plain; version=0.0.4"))
-            elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-                await stream(writer, path, json.loads(raw))
-                streamed = True
-            else:
-                writer.write(reply("404 Not Found", b'{"error":{"code":404,"message":"File Not Found"}}'))
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        writer.close()
+async def respond(method: str, path: str, raw: bytes, writer: asyncio.StreamWriter) -> str:
+    if path == "/health":
+        writer.write(reply("200 OK", b'{"status":"ok"}'))
+    elif path == "/v1/models":
+        writer.write(reply("200 OK", json.dumps(
+            {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "llamacpp"}]}).encode()))
+    elif path == "/props":
+        writer.write(reply("200 OK", json.dumps(
+            {"total_slots": 8, "model_path": MODEL, "model_ftype": "all F32", "build_info": "b1-double",
+             "default_generation_settings": {"n_ctx": 1024, "params": {}}}).encode()))
+    elif path == "/slots":
+        slots = [{"id": i, "n_ctx": 1024, "speculative": ACCEPT is not None, "is_processing": False}
+                 for i in range(8)]
+        writer.write(reply("200 OK", json.dumps(slots).encode()))
+    elif path == "/metrics":
+        writer.write(reply("200 OK", metrics_text(), "text/plain; version=0.0.4"))
+    elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
+        await stream(writer, path, json.loads(raw))
+        return DROP_NEXT  # after a stream the kept-alive connection is dropped unanswered
+    else:
+        writer.write(reply("404 Not Found", b'{"error":{"code":404,"message":"File Not Found"}}'))
+    return KEEP
 
 
 if __name__ == "__main__":
     if "--accept" in sys.argv:
         ACCEPT = float(sys.argv[sys.argv.index("--accept") + 1])
-    serve(handle, "llamacpp double")
+    serve(connections(respond), "llamacpp double")

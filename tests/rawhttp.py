@@ -35,6 +35,36 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
+#: What a responder asks of the connection after answering one request.
+KEEP = "keep"  # read the next request
+DROP_NEXT = "drop-next"  # drop the connection, unanswered, when the next request arrives on it
+CLOSE = "close"  # close the connection now
+
+Responder = Callable[[str, str, bytes, asyncio.StreamWriter], Awaitable[str]]
+
+
+def connections(respond: Responder) -> Handler:
+    """A connection handler: requests one after another on a kept-alive
+    connection, each answered by ``respond(method, path, body, writer)``."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        drop = False
+        try:
+            while True:
+                method, path, body = await read_request(reader)
+                if drop:
+                    return
+                action = await respond(method, path, body, writer)
+                await writer.drain()
+                if action == CLOSE:
+                    return
+                drop = action == DROP_NEXT
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    return handle
+
 
 def serve(handle: Handler, label: str) -> None:
     """Listen on a free loopback port, print "<label> listening on URL", serve forever."""

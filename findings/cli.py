@@ -137,7 +137,7 @@ def ingest_auto(obj: Context, /, file: str, **kw: Any) -> None:
     """Detect the format of FILE (table, sglang-bench, vllm-bench, aiperf), say which, and import it."""
     s = _run(obj.settings)
     fmt_name, result = _run(ingest_lib.ingest_auto, s.store, file, **kw)
-    click.echo(f"detected format: {fmt_name}")
+    click.echo(f"detected format: {fmt_name} ({result.detected_by})")
     click.echo(result.summary())
 
 
@@ -169,6 +169,8 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Attach mode: output tokens per request (ignore_eos).")
 @click.option("--prompts", type=click.Choice(["random-ids", "diverse", "fixed"]), default=None,
               help="Attach mode: prompt set. Default: random-ids for native, diverse for OpenAI APIs.")
+@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
+              help="Attach mode: generate exactly --output-len tokens (recorded with each point).")
 @click.option("--api", type=click.Choice(["native", "openai-chat", "openai-completions"]), default="native",
               show_default=True, help="Attach mode: which API to drive.")
 @click.option("--transport", type=click.Choice(["aiohttp", "httpx"]), default="aiohttp", show_default=True,
@@ -190,7 +192,7 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
 @click.pass_obj
 def bench(obj: Context, matrix: str | None, url: str | None, config: str | None, campaign: str | None,
           workload: str | None, concurrency: tuple[int, ...], num_prompts: int, input_len: int,
-          output_len: int, prompts: str | None, api: str, transport: str, repeats: int, warmup: int,
+          output_len: int, prompts: str | None, ignore_eos: bool, api: str, transport: str, repeats: int, warmup: int,
           seed: int, read_timeout: float, no_flush_cache: bool, date: str | None, campaign_suffix: str,
           log_dir: str | None, api_key: str | None, no_progress: bool) -> None:
     """Run a benchmark matrix (MATRIX.toml), or attach to a server with --url."""
@@ -213,7 +215,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
         assert url and config and campaign and workload
         kind = prompts or ("random-ids" if api == "native" else "diverse")
         w = Workload(name=workload, kind=kind, input_len=input_len, output_len=output_len,
-                     num_prompts=num_prompts, seed=seed)
+                     num_prompts=num_prompts, seed=seed, ignore_eos=ignore_eos)
         sweep = Sweep(api=api, transport=transport, concurrency=concurrency, repeats=repeats, warmup=warmup,
                       read_timeout_s=read_timeout, flush_cache=not no_flush_cache)
         report = _run(runner.bench_attach, url, config, campaign, w, sweep, opts)
@@ -249,9 +251,17 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
               help="How long a stalled stream stops sending.")
 @click.option("--die-after", type=click.IntRange(min=1), default=None,
               help="Exit abruptly after this many completed requests.")
+@click.option("--fail-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Exactly this share of requests fails, in the ways --fail-how lists.")
+@click.option("--fail-how", default="http:500", show_default=True, metavar="KINDS",
+              help="Comma-separated, taken in turn: http:<status> (an error response), drop (connection "
+                   "closed mid-stream), error-event (an error event mid-stream).")
+@click.option("--fail-skip", type=click.IntRange(min=0), default=0, show_default=True,
+              help="The first N requests never fail by --fail-share (a client's test or warm-up request).")
 def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_truth: bool,
             ground_truth_log: str | None, startup_delay: float, max_running: int | None, error_rate: float, drop_rate: float,
-            stall_rate: float, stall_s: float, die_after: int | None) -> None:
+            stall_rate: float, stall_s: float, die_after: int | None, fail_share: float, fail_how: str,
+            fail_skip: int) -> None:
     """Serve SGLang's API from a calibrated emulator. Everything it produces is simulated."""
     from findings.emulator import model as emodel
     from findings.emulator import server as eserver
@@ -259,8 +269,14 @@ def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_
     if profile not in emodel.PROFILES:
         raise click.BadParameter(f"unknown profile {profile!r}; choose one of {', '.join(sorted(emodel.PROFILES))}",
                                  param_hint="--profile")
+    from findings.emulator.faults import parse_how
+
+    try:
+        how = parse_how(fail_how)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--fail-how") from None
     faults = eserver.Faults(error_rate=error_rate, drop_rate=drop_rate, stall_rate=stall_rate, stall_s=stall_s,
-                            die_after=die_after)
+                            die_after=die_after, fail_share=fail_share, fail_how=how, fail_skip=fail_skip)
     _run(eserver.serve, eserver.EmulatorOptions(host=host, port=port, profile=profile, seed=seed, speed=speed,
                                                 ground_truth=ground_truth, ground_truth_log=ground_truth_log,
                                                 startup_delay_s=startup_delay,

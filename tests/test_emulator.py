@@ -361,6 +361,55 @@ def test_error_rate_gives_500s_and_error_events_deterministically() -> None:
     assert fa.count("500") > 0 and fa.count("event") > 0 and fa.count("ok") > 0
 
 
+def _outcome(emu: Emulator, path: str) -> str:
+    """One streamed request's outcome: "ok", "http:<status>", "event" or "drop"."""
+    body: dict[str, Any] = ({"text": "x", "stream": True, "sampling_params": {"max_new_tokens": 8}}
+                            if path == "/generate" else {"prompt": "x", "max_tokens": 8, "stream": True})
+    try:
+        with emu.client.stream("POST", path, json=body) as r:
+            if r.status_code != 200:
+                r.read()
+                err = r.json()
+                # The endpoint's own error shape: SGLang's native one, or OpenAI's.
+                code = err["error"]["code"] if path == "/generate" else err["code"]
+                assert code == r.status_code
+                return f"http:{r.status_code}"
+            lines = [ln for ln in r.iter_lines() if ln.startswith("data: ")]
+    except httpx.RemoteProtocolError:
+        return "drop"
+    assert lines[-1] == "data: [DONE]"
+    return "event" if any('"error"' in ln for ln in lines) else "ok"
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/completions"])
+def test_fail_share_fails_exactly_that_share_in_the_kinds_given(path: str) -> None:
+    emu = Emulator("--fail-share", "0.4", "--fail-how", "http:503,drop,error-event", "--fail-skip", "1",
+                   "--speed", "50")
+    try:
+        got = [_outcome(emu, path) for _ in range(21)]
+        assert emu.client.get("/health").status_code == 200  # the server lives on
+    finally:
+        assert emu.stop() == 0
+    assert got[0] == "ok"  # the skipped (warm-up) request
+    failed = [g for g in got[1:] if g != "ok"]
+    assert len(failed) == 8  # exactly 40% of the 20 after the skip
+    assert failed == ["http:503", "drop", "event"] * 2 + ["http:503", "drop"]  # the kinds in turn
+    # Every prefix has failed its share, to within one request.
+    for n in range(1, 21):
+        assert abs(sum(g != "ok" for g in got[1:n + 1]) - 0.4 * n) < 1
+
+
+def test_fail_share_one_fails_every_request_and_bad_kinds_are_refused() -> None:
+    emu = Emulator("--fail-share", "1", "--fail-how", "http:429", "--speed", "50")
+    try:
+        assert [_outcome(emu, "/v1/completions") for _ in range(4)] == ["http:429"] * 4
+    finally:
+        emu.stop()
+    bad = subprocess.run([sys.executable, "-m", "findings.emulator", "--port", "0", "--fail-how", "http:200"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "--fail-how" in bad.stderr and "status 400-599" in bad.stderr
+
+
 def test_drop_rate_closes_the_connection_mid_stream() -> None:
     emu = Emulator("--drop-rate", "1", "--speed", "50")
     try:

@@ -141,3 +141,28 @@ def test_importing_the_package_and_model_is_light() -> None:
             "findings.emulator.protocol; bad = {'aiohttp', 'pandas', 'httpx'} & set(sys.modules); "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_exact_share_fates_are_exact_in_every_prefix() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from findings.emulator.faults import Faults, fate, parse_how
+
+    @settings(max_examples=200, deadline=None)
+    @given(share=st.floats(0, 1), skip=st.integers(0, 5), n=st.integers(1, 300))
+    def check(share: float, skip: int, n: int) -> None:
+        f = Faults(fail_share=share, fail_how=("http:500", "drop"), fail_skip=skip)
+        fates = [fate(f, 0, i) for i in range(skip + n)]
+        assert not any(x.error_before or x.drop for x in fates[:skip])
+        failed = [x.error_before or x.drop for x in fates[skip:]]
+        for k in range(1, n + 1):
+            assert abs(sum(failed[:k]) - share * k) < 1 + 1e-6
+        kinds = ["http" if x.error_before else "drop" for x in fates[skip:] if x.error_before or x.drop]
+        assert kinds == ["http", "drop"] * (len(kinds) // 2) + ["http"] * (len(kinds) % 2)
+
+    check()
+    assert parse_how("http:503, drop,error-event") == ("http:503", "drop", "error-event")
+    for bad in ("", "http", "http:99", "http:600", "reset"):
+        with pytest.raises(ValueError):
+            parse_how(bad)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from findings.emulator.faults import parse_how
 from findings.emulator.model import PROFILES
 from findings.emulator.server import EmulatorOptions, Faults, serve
 from findings.errors import FindingsError
@@ -28,18 +29,28 @@ def parse_args(argv: list[str] | None = None) -> EmulatorOptions:
     p.add_argument("--stall-rate", type=float, default=0.0)
     p.add_argument("--stall-s", type=float, default=30.0)
     p.add_argument("--die-after", type=int, default=None, metavar="N")
+    p.add_argument("--fail-share", type=float, default=0.0, help="exactly this share of requests fails")
+    p.add_argument("--fail-how", default="http:500", help="kinds, in turn: http:<status>, drop, error-event")
+    p.add_argument("--fail-skip", type=int, default=0, metavar="N", help="the first N requests never fail")
     a = p.parse_args(argv)
     if a.speed <= 0:
         p.error("--speed must be > 0")
-    for name in ("error_rate", "drop_rate", "stall_rate"):
+    for name in ("error_rate", "drop_rate", "stall_rate", "fail_share"):
         if not 0.0 <= getattr(a, name) <= 1.0:
             p.error(f"--{name.replace('_', '-')} must be in [0, 1]")
+    try:
+        how = parse_how(a.fail_how)
+    except ValueError as exc:
+        p.error(f"--fail-how: {exc}")
+    if a.fail_skip < 0:
+        p.error("--fail-skip must be >= 0")
     return EmulatorOptions(
         host=a.host, port=a.port, profile=a.profile, seed=a.seed, speed=a.speed, ground_truth=a.ground_truth,
         ground_truth_log=a.ground_truth_log,
         startup_delay_s=a.startup_delay, max_running_requests=a.max_running,
         faults=Faults(error_rate=a.error_rate, drop_rate=a.drop_rate, stall_rate=a.stall_rate,
-                      stall_s=a.stall_s, die_after=a.die_after),
+                      stall_s=a.stall_s, die_after=a.die_after, fail_share=a.fail_share, fail_how=how,
+                      fail_skip=a.fail_skip),
     )
 
 

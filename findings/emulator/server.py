@@ -1,8 +1,9 @@
-"""The SGLang-API emulator's HTTP server (aiohttp.web) and scheduler loop.
+"""The SGLang-API emulator's HTTP server (aiohttp.web).
 
 This is the only module of the emulator that imports aiohttp. The engine
-(findings/emulator/engine.py) and the performance model (model.py) are pure;
-this module adds wall-clock time, sockets, streaming, metrics and faults.
+(engine.py), the performance model (model.py), the faults (faults.py) and the
+metrics (metrics.py) are pure; the state and scheduler loop (state.py) add
+wall-clock time; this module adds sockets, streaming and the fault effects.
 
 Every response carries ``X-Findings-Emulated: 1``; ``/server_info`` says
 ``"emulated": true``; the model is called ``findings-emulator/<profile>``.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
+import http
 import json
 import os
 import signal
@@ -21,451 +22,21 @@ import socket
 import sys
 import time
 import uuid
-from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, AsyncIterator, Callable, Iterable
 
 from aiohttp import web
 
-from findings.emulator.engine import (VOCAB, Engine, Seq, Step, StepResult, count_prompt_tokens, seed_for,
-                                      token_id)
-from findings.emulator.model import PROFILES, Profile, mean_accept_length
-from findings.emulator.protocol import BadRequest, SeqSpec, parse_generate, parse_openai
 from findings import jsonfast
+from findings.emulator.engine import VOCAB, Seq, count_prompt_tokens, token_id
+from findings.emulator.faults import Fate, Faults
+from findings.emulator.protocol import BadRequest, SeqSpec, parse_generate, parse_openai
+from findings.emulator.state import Emulator, EmulatorOptions, Group
 from findings.errors import FindingsError
 
 __all__ = ["EmulatorOptions", "Faults", "build_app", "serve"]
 
-VERSION = "0.5.23-emulated"
 EMULATED_HEADER = "X-Findings-Emulated"
-#: How far (wall seconds) the scheduler may fall behind its deadline and still catch up.
-MAX_DEBT_S = 0.1
-#: The scheduler sleeps until this long before a step's deadline, then yields
-#: to the event loop until the deadline: the selector rounds sleeps up to
-#: whole milliseconds, which alone would make every step up to 1 ms late.
-SPIN_S = 0.0012
-#: Step lateness samples kept for /server_info (since the last /flush_cache).
-LATENESS_SAMPLES = 200_000
-
-
-@dataclass(frozen=True)
-class Faults:
-    """Injected failures. Each request's fate is drawn from (seed, arrival number)."""
-
-    error_rate: float = 0.0  # half HTTP 500 before streaming, half an {"error": ...} event mid-stream
-    drop_rate: float = 0.0  # streams whose TCP connection is closed abruptly mid-stream (no [DONE])
-    stall_rate: float = 0.0  # streams that send nothing for stall_s seconds mid-stream
-    stall_s: float = 30.0  # wall seconds (not divided by speed)
-    die_after: int | None = None  # os._exit(1) after this many completed requests
-
-
-@dataclass(frozen=True)
-class EmulatorOptions:
-    host: str = "127.0.0.1"
-    port: int = 30000  # 0 = ephemeral
-    profile: str = "baseline"
-    seed: int = 0
-    speed: float = 1.0  # all model time divided by this
-    ground_truth: bool = False  # emulator timestamps in every event
-    startup_delay_s: float = 0.0  # /health* (and generation) answer 503 this long after start
-    max_running_requests: int | None = None  # None = profile default
-    faults: Faults = Faults()
-    ground_truth_log: str | None = None  # JSONL: one line per finished request (arrival, every write)
-
-
-# ---------------------------------------------------------------------------
-# Metrics (Prometheus text format, SGLang's names)
-
-TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 120.0, 160.0)
-ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04, 0.05, 0.075,
-               0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.0)  # fmt: skip
-E2E_BUCKETS = (0.1, 0.2, 0.4, 0.8, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 150.0, 200.0,
-               250.0, 300.0, 350.0, 500.0, 1000.0)  # fmt: skip
-
-
-@dataclass
-class Histogram:
-    buckets: tuple[float, ...]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    count: int = 0
-
-    def __post_init__(self) -> None:
-        self.counts = [0] * len(self.buckets)
-
-    def observe(self, value: float) -> None:
-        self.total += value
-        self.count += 1
-        for i, le in enumerate(self.buckets):
-            if value <= le:
-                self.counts[i] += 1
-                break
-
-    def lines(self, name: str, labels: str) -> list[str]:
-        out = [f"# HELP {name} Histogram of {name.split(':', 1)[1]}.", f"# TYPE {name} histogram"]
-        cumulative = 0
-        for le, c in zip(self.buckets, self.counts):
-            cumulative += c
-            out.append(f'{name}_bucket{{le="{le}",{labels}}} {float(cumulative)}')
-        out.append(f'{name}_bucket{{le="+Inf",{labels}}} {float(self.count)}')
-        out.append(f"{name}_count{{{labels}}} {float(self.count)}")
-        out.append(f"{name}_sum{{{labels}}} {self.total}")
-        return out
-
-
-@dataclass
-class Track:
-    """Wall-clock timing of one request (per sequence)."""
-
-    arrival: float
-    tokens: int = 0
-    first_token: float | None = None
-    last_token: float | None = None
-    finished: float | None = None
-
-
-@dataclass
-class Group:
-    """The sequences of one HTTP request, woken together."""
-
-    seqs: list[Seq]
-    event: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass(frozen=True)
-class Fate:
-    error_before: bool = False
-    error_mid: bool = False
-    drop: bool = False
-    stall: bool = False
-
-
-# ---------------------------------------------------------------------------
-# The emulator state and scheduler loop
-
-
-class Emulator:
-    def __init__(self, options: EmulatorOptions) -> None:
-        if options.profile not in PROFILES:
-            raise ValueError(f"unknown profile {options.profile!r}; choose from {', '.join(PROFILES)}")
-        if options.speed <= 0:
-            raise ValueError("speed must be > 0")
-        self.options = options
-        self.profile: Profile = PROFILES[options.profile]
-        self.model_name = f"findings-emulator/{self.profile.name}"
-        self.engine = Engine(self.profile, options.max_running_requests)
-        self.started = time.monotonic()
-        self.started_wall = time.time()
-        self.wake = asyncio.Event()
-        self.groups: dict[Seq, Group] = {}
-        self.tracks: dict[Seq, Track] = {}
-        self.arrivals = 0
-        self.next_sid = 0
-        self.completed = 0
-        # Counters.
-        self.generation_tokens = 0
-        self.prompt_tokens = 0
-        self.num_requests = 0
-        self.verify_calls = 0
-        self.errors = 0
-        # Lifetime speculative average since the last /flush_cache (decode tokens / verify calls).
-        self.life_spec_tokens = 0
-        self.life_verify = 0
-        # (wall time, generation tokens, decode-step tokens, verify calls) after each step.
-        self.samples: deque[tuple[float, int, int, int]] = deque(maxlen=4096)
-        self.decode_tokens = 0
-        self.ttft = Histogram(TTFT_BUCKETS)
-        self.itl = Histogram(ITL_BUCKETS)
-        self.e2e = Histogram(E2E_BUCKETS)
-        # How late each model step ran against its schedule (seconds), since the last flush.
-        self.lateness: deque[float] = deque(maxlen=LATENESS_SAMPLES)
-        self.firehose_seq = 0
-        #: Where ground-truth lines go (opened on the first line: serve() builds
-        #: a throwaway Emulator to validate the options, which must not touch it).
-        self.gt_log = options.ground_truth_log
-        self._gt_file: Any = None
-
-    def log_truth(self, rid: str, arrival: float, events: list[float], text: str) -> None:
-        """One ground-truth line per finished request: the server's own clock."""
-        if self.gt_log is None:
-            return
-        line = {"rid": rid, "arrival": arrival, "events": events,
-                "text_sha1": hashlib.sha1(text.encode()).hexdigest()}
-        if self._gt_file is None:
-            self._gt_file = open(self.gt_log, "a", encoding="utf-8")  # noqa: SIM115 (open for the process's life)
-        self._gt_file.write(json.dumps(line, separators=(",", ":")) + "\n")
-        self._gt_file.flush()
-
-    def schedule_stats(self) -> dict[str, Any]:
-        """Step lateness against the model's schedule since the last /flush_cache (ms)."""
-        late = sorted(self.lateness)
-        if not late:
-            return {"steps": 0}
-
-        def q(f: float) -> float:
-            return round(late[min(len(late) - 1, int(f * (len(late) - 1) + 0.5))] * 1000, 4)
-
-        return {"steps": len(late), "lateness_p50_ms": q(0.5), "lateness_p99_ms": q(0.99),
-                "lateness_max_ms": round(late[-1] * 1000, 4)}
-
-    # -- readiness and faults -----------------------------------------------
-    @property
-    def ready(self) -> bool:
-        return time.monotonic() - self.started >= self.options.startup_delay_s
-
-    def fate(self) -> Fate:
-        f = self.options.faults
-        n = self.arrivals
-        self.arrivals += 1
-        if not (f.error_rate or f.drop_rate or f.stall_rate):
-            return Fate()
-
-        def u(kind: str) -> float:
-            return (seed_for("fault", kind, self.options.seed, n) % 1_000_000) / 1_000_000
-
-        e = u("error")
-        return Fate(
-            error_before=e < f.error_rate / 2,
-            error_mid=f.error_rate / 2 <= e < f.error_rate,
-            drop=u("drop") < f.drop_rate,
-            stall=u("stall") < f.stall_rate,
-        )
-
-    # -- submission -----------------------------------------------------------
-    def submit(self, specs: list[SeqSpec], internal: bool = False, arrival: float | None = None) -> Group:
-        now = arrival if arrival is not None else time.time()
-        seqs = []
-        for spec in specs:
-            sid = self.next_sid
-            self.next_sid += 1
-            rid = spec.rid or uuid.uuid4().hex
-            prompt_tokens = count_prompt_tokens(spec.prompt)
-            key = spec.prompt if isinstance(spec.prompt, str) else ",".join(map(str, spec.prompt))
-            seq = Seq(
-                sid=sid, rid=rid, prompt_tokens=prompt_tokens, max_new_tokens=spec.max_new_tokens,
-                min_new_tokens=spec.min_new_tokens, stop=spec.stop, stop_token_ids=spec.stop_token_ids,
-                seed=seed_for(self.options.seed, spec.rid if spec.rid else key),
-                internal=internal, prompt_key=key,
-            )
-            seqs.append(seq)
-        group = Group(seqs)
-        for seq in seqs:
-            self.groups[seq] = group
-            self.tracks[seq] = Track(arrival=now)
-            if not internal:
-                self.num_requests += 1
-                self.prompt_tokens += seq.prompt_tokens
-            self.engine.add(seq)
-        self.wake.set()
-        return group
-
-    def release(self, group: Group) -> None:
-        """Forget a request's sequences; abort the unfinished ones."""
-        for seq in group.seqs:
-            if not seq.finished:
-                self.engine.abort(seq)
-            self.groups.pop(seq, None)
-            self.tracks.pop(seq, None)
-
-    def resume(self, seq: Seq) -> None:
-        """Firehose: the client has the previous token; the engine may give the next."""
-        if seq.paused:
-            seq.paused = False
-            self.wake.set()
-
-    # -- the scheduler loop ---------------------------------------------------
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time()
-        speed = self.options.speed
-        while True:
-            step = self.engine.next_step()
-            if step is None:
-                self.wake.clear()
-                await self.wake.wait()
-                deadline = loop.time()
-                continue
-            now = loop.time()
-            deadline = max(deadline, now - MAX_DEBT_S) + step.duration_ms / 1000.0 / speed
-            if deadline - now > SPIN_S:
-                await asyncio.sleep(deadline - now - SPIN_S)
-            await asyncio.sleep(0)  # always let the streams write the last step's tokens first
-            while loop.time() < deadline:
-                await asyncio.sleep(0)
-            self.lateness.append(loop.time() - deadline)
-            self._after(step, self.engine.apply(step))
-
-    def _after(self, step: Step, result: StepResult) -> None:
-        now = time.time()
-        self.generation_tokens += result.tokens
-        if step.kind == "decode":
-            self.decode_tokens += result.tokens
-            if self.profile.speculative:
-                self.verify_calls += result.verify_calls
-                self.life_verify += result.verify_calls
-                self.life_spec_tokens += result.tokens
-        self.samples.append((now, self.generation_tokens, self.decode_tokens, self.verify_calls))
-        woken: set[int] = set()
-        for seq in result.updated:
-            track = self.tracks.get(seq)
-            if track is not None and not seq.internal:
-                if track.first_token is None:
-                    if seq.completion_tokens:
-                        track.first_token = now
-                        self.ttft.observe(now - track.arrival)
-                elif track.last_token is not None and seq.completion_tokens > track.tokens:
-                    self.itl.observe((now - track.last_token) / (seq.completion_tokens - track.tokens))
-                if seq.completion_tokens > track.tokens:
-                    track.last_token = now
-                    track.tokens = seq.completion_tokens
-                if seq.finished:
-                    track.finished = now
-                    self.e2e.observe(now - track.arrival)
-            elif track is not None and seq.finished:
-                track.finished = now
-            if self.profile.firehose and not seq.finished:
-                seq.paused = True
-            group = self.groups.get(seq)
-            if group is not None and id(group) not in woken:
-                woken.add(id(group))
-                group.event.set()
-
-    # -- reporting --------------------------------------------------------------
-    def window(self, seconds: float = 2.0) -> tuple[float, float | None]:
-        """(generation tokens/s, decode tokens per verify call) over the last ``seconds``."""
-        now = time.time()
-        recent = [s for s in self.samples if s[0] >= now - seconds]
-        if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
-            return 0.0, None
-        first, last = recent[0], recent[-1]
-        rate = (last[1] - first[1]) / (last[0] - first[0])
-        verify = last[3] - first[3]
-        return rate, ((last[2] - first[2]) / verify if verify else None)
-
-    def lifetime_accept(self) -> float | None:
-        if not self.life_verify:
-            return None
-        return self.life_spec_tokens / self.life_verify
-
-    def flush(self) -> None:
-        self.engine.flush_cache()
-        self.life_spec_tokens = self.life_verify = 0
-        self.lateness.clear()
-
-    def server_info(self) -> dict[str, Any]:
-        p, o = self.profile, self.options
-        spec = p.speculative
-        max_running = self.engine.max_running
-        launch = (f"python -m sglang.launch_server --model-path {self.model_name} --tp-size 8 "
-                  f"--load-format dummy --enable-metrics --max-running-requests {max_running}")
-        if spec:
-            launch += (f" --speculative-algorithm {p.speculative_algorithm} --speculative-draft-model-path "
-                       f"findings-emulator/eagle3-draft --speculative-num-steps {p.speculative_num_steps} "
-                       f"--speculative-eagle-topk {p.speculative_eagle_topk} "
-                       f"--speculative-num-draft-tokens {p.speculative_num_draft_tokens}")
-            if not p.overlap:
-                launch += " --disable-overlap-schedule"
-        rate, _ = self.window()
-        state: dict[str, Any] = {"last_gen_throughput": rate}
-        if spec:
-            state["avg_spec_accept_length"] = self.lifetime_accept()
-        return {
-            "model_path": self.model_name,
-            "served_model_name": self.model_name,
-            "tokenizer_path": self.model_name,
-            "host": o.host,
-            "port": o.port,
-            "tp_size": 8,
-            "dp_size": 1,
-            "pp_size": 1,
-            "ep_size": 1,
-            "dtype": "bfloat16",
-            "kv_cache_dtype": "auto",
-            "quantization": None,
-            "load_format": "dummy",
-            "attention_backend": "flashinfer",
-            "max_running_requests": max_running,
-            "max_prefill_tokens": p.max_prefill_tokens,
-            "chunked_prefill_size": 8192,
-            "cuda_graph_max_bs": max_running,
-            "mem_fraction_static": 0.85,
-            "schedule_policy": "fcfs",
-            "random_seed": o.seed,
-            "disable_overlap_schedule": not p.overlap,
-            "speculative_algorithm": p.speculative_algorithm,
-            "speculative_draft_model_path": "findings-emulator/eagle3-draft" if spec else None,
-            "speculative_num_steps": p.speculative_num_steps,
-            "speculative_eagle_topk": p.speculative_eagle_topk,
-            "speculative_num_draft_tokens": p.speculative_num_draft_tokens,
-            "speculative_adaptive": False,
-            "enable_metrics": True,
-            "skip_tokenizer_init": False,
-            "launch_command": launch,
-            "version": VERSION,
-            "emulated": True,
-            "emulator_schedule": self.schedule_stats(),
-            "emulator_profile": p.name,
-            "emulator_worker": p.worker,
-            "emulator_speed": o.speed,
-            "emulator_expected_accept_length": mean_accept_length(p) if spec else None,
-            "emulator_errors_injected": self.errors,
-            "internal_states": [state],
-        }
-
-    def metrics_text(self) -> str:
-        labels = f'model_name="{self.model_name}"'
-        rate, accept = self.window()
-        lines: list[str] = []
-
-        def metric(name: str, kind: str, value: float, help_: str) -> None:
-            lines.extend([f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {float(value)}"])
-
-        metric("sglang:generation_tokens_total", "counter", self.generation_tokens, "Number of generation tokens processed.")
-        metric("sglang:prompt_tokens_total", "counter", self.prompt_tokens, "Number of prefill tokens processed.")
-        metric("sglang:num_requests_total", "counter", self.num_requests, "Number of requests received.")
-        metric("sglang:spec_verify_calls_total", "counter", self.verify_calls, "Number of speculative verify calls.")
-        metric("sglang:num_running_reqs", "gauge", sum(not s.internal for s in self.engine.running), "The number of running requests.")
-        metric("sglang:num_queue_reqs", "gauge", sum(not s.internal for s in self.engine.waiting), "The number of requests in the waiting queue.")
-        metric("sglang:gen_throughput", "gauge", rate, "The generation throughput (token/s).")
-        metric("sglang:spec_accept_length", "gauge", accept or 0.0, "The average acceptance length of speculative decoding.")
-        metric("sglang:token_usage", "gauge", min(1.0, self.engine.kv_tokens() / self.profile.kv_capacity_tokens), "The token usage.")
-        lines += self.ttft.lines("sglang:time_to_first_token_seconds", labels)
-        lines += self.itl.lines("sglang:inter_token_latency_seconds", labels)
-        lines += self.e2e.lines("sglang:e2e_request_latency_seconds", labels)
-        return "\n".join(lines) + "\n"
-
-    # -- response bodies ----------------------------------------------------------
-    def meta_info(self, seq: Seq) -> dict[str, Any]:
-        meta: dict[str, Any] = {
-            "id": seq.rid,
-            "finish_reason": seq.finish_reason if seq.finished else None,
-            "prompt_tokens": seq.prompt_tokens,
-            "completion_tokens": seq.completion_tokens,
-            "cached_tokens": seq.cached_tokens,
-        }
-        if seq.finished:
-            track = self.tracks.get(seq)
-            if track is not None:
-                meta["e2e_latency"] = (track.finished or time.time()) - track.arrival
-            if self.profile.speculative:
-                meta.update(self.spec_fields(seq))
-        return meta
-
-    def spec_fields(self, seq: Seq) -> dict[str, Any]:
-        proposed = seq.verify_ct * (self.profile.speculative_num_steps or 0)
-        return {
-            "spec_verify_ct": seq.verify_ct,
-            "spec_accept_length": seq.completion_tokens / seq.verify_ct if seq.verify_ct else 0.0,
-            "spec_accept_rate": seq.correct_drafts / proposed if proposed else 0.0,
-            "spec_num_correct_drafts": seq.correct_drafts,
-            "spec_num_proposed_drafts": proposed,
-        }
-
-    def spec_details(self, seq: Seq) -> dict[str, Any]:
-        details = self.spec_fields(seq)
-        details["spec_correct_drafts_histogram"] = list(seq.histogram)
-        return details
-
 
 EMU = web.AppKey("findings_emulator", Emulator)
 
@@ -490,6 +61,12 @@ def _native_error(message: str, status: int, kind: str) -> web.Response:
 def _openai_error(message: str, status: int, kind: str) -> web.Response:
     body = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
     return web.json_response(body, status=status)
+
+
+def _fault_error(status: int) -> tuple[str, int, str]:
+    """(message, status, type) of an injected error response."""
+    phrase = http.HTTPStatus(status).phrase if status in http.HTTPStatus._value2member_map_ else "Error"
+    return (f"Emulated {phrase.lower()} (fault injection).", status, phrase.replace(" ", "").replace("-", ""))
 
 
 async def _read_json(request: web.Request) -> Any:
@@ -767,12 +344,12 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
         return _native_error(str(exc), 400, "BadRequestError")
     f = emu.options.faults
     if (emu.profile.firehose and stream and not batch and specs[0].max_new_tokens > 0
-            and not (f.error_rate or f.drop_rate or f.stall_rate)):
+            and not f.any):
         return await _firehose_stream(request, emu, specs[0])
     fate = emu.fate()
     if fate.error_before:
         emu.errors += 1
-        return _native_error("Emulated internal error (fault injection).", 500, "InternalServerError")
+        return _native_error(*_fault_error(fate.status))
     group = emu.submit(specs, arrival=_received(request))
     gt = emu.options.ground_truth
 
@@ -811,7 +388,7 @@ async def handle_openai(request: web.Request, chat: bool) -> web.StreamResponse:
     fate = emu.fate()
     if fate.error_before:
         emu.errors += 1
-        return _openai_error("Emulated internal error (fault injection).", 500, "InternalServerError")
+        return _openai_error(*_fault_error(fate.status))
     group = emu.submit(specs, arrival=_received(request))
     created = int(time.time())
     model = emu.model_name

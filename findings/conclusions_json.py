@@ -6,7 +6,7 @@ be added, none are removed or renamed without a version bump of "shape".
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from findings.analysis import Best, Comparison, Conclusions
 from findings.history import Entry
@@ -43,7 +43,12 @@ def _cross(cross: tuple[Comparison, ...]) -> dict[str, dict[str, float]]:
 
 
 def to_json(conclusions: Conclusions, history: list[Entry],
-            flagged: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+            flagged: dict[str, tuple[str, ...]] | None = None,
+            caveats: Callable[[Comparison], tuple[str, ...]] | None = None,
+            failures_unknown: list[str] | None = None) -> dict[str, Any]:
+    """``caveats``: why a comparison's verdict is not a deployment fact
+    (findings/caveats.py); ``failures_unknown``: ids of the points whose
+    source does not record how many requests failed."""
     workloads: dict[str, Any] = {}
     for wc in conclusions.workloads:
         workloads[wc.workload] = {
@@ -60,6 +65,8 @@ def to_json(conclusions: Conclusions, history: list[Entry],
                     "cross_ratios": _cross(c.cross),
                     "intervals": {str(x.concurrency): [_r(x.ci[0]), _r(x.ci[1])]
                                   for x in c.comparisons if x.ci is not None},
+                    "caveats": {str(x.concurrency): list(why) for x in c.comparisons
+                                if caveats is not None and (why := caveats(x))},
                 }
                 for c in wc.candidates
             },
@@ -71,6 +78,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
         "noise_floor": conclusions.rules.noise_floor,
         "confidence": conclusions.rules.confidence,
         "flagged": {k: list(v) for k, v in sorted((flagged or {}).items())},
+        "failures_unknown": sorted(failures_unknown or []),
         "workloads": workloads,
         "history": [
             {

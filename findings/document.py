@@ -8,14 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from findings import fmt, pivot, render, report, store
-from findings.analysis import cells, conclude
+from findings import caveats, fmt, pivot, render, report, store
+from findings.analysis import Comparison, cells, conclude
 from findings.conclusions_json import to_json
 from findings.errors import FindingsError
 from findings.history import replay
 from findings.prose import latency, policy, throughput
 from findings.settings import Settings
-from findings.validity import flagged
+from findings.validity import failures_unknown, flagged
 
 
 def _label(settings: Settings) -> str:
@@ -95,7 +95,14 @@ def conclusions(settings: Settings) -> dict[str, Any]:
     data = store.load(settings.store)
     flags = flagged(data, settings.rules.gates)
     valid = cells(data, settings.rules, flags)
-    return to_json(conclude(data, settings.rules, valid), replay(data, settings.rules, valid), flags)
+    points = {p.id: p for p in data.points}
+    spec = caveats.speculative_configs(data.configs, data.points)
+
+    def why(comp: Comparison) -> tuple[str, ...]:
+        return caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, spec, points)
+
+    return to_json(conclude(data, settings.rules, valid), replay(data, settings.rules, valid), flags,
+                   caveats=why, failures_unknown=failures_unknown(data))
 
 
 def conclusions_json(settings: Settings) -> str:

@@ -6,7 +6,7 @@ written, and the store write is a single atomic file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 from pathlib import Path
 
@@ -23,6 +23,8 @@ class Ingested:
     path: Path
     points: int
     campaigns: tuple[str, ...]
+    #: ``ingest auto``: what decided the format (the keys only that tool writes, ...).
+    detected_by: str | None = None
 
     def summary(self) -> str:
         return (f"ingested {self.points} points into run {self.run_id} "
@@ -105,9 +107,10 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
                 environment: str | None = None, skip_existing: bool = False) -> tuple[str, Ingested]:
     """Detect the format of ``file`` by its content, check the options it needs, ingest it.
 
-    Returns the detected format's name and what was ingested.
+    Returns the detected format's name and what was ingested (with what
+    decided the format, ``detected_by``).
     """
-    fmt = detect.detect(common.read_source(file))
+    fmt, why = detect.explain(common.read_source(file))
     if fmt == "table":
         extra = [name for name, value in (("--config", config), ("--campaign", campaign), ("--workload", workload),
                                           ("--date", date), ("--order", order), ("--concurrency", concurrency))
@@ -115,8 +118,8 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
         if extra:
             raise SettingsError(f"{file} is a table (campaign, config and workload are its columns): "
                                 f"{', '.join(extra)} do not apply")
-        return fmt, ingest_table(store_dir, file, configs=configs, environment=environment,
-                                 skip_existing=skip_existing)
+        return fmt, replace(ingest_table(store_dir, file, configs=configs, environment=environment,
+                                         skip_existing=skip_existing), detected_by=why)
     if configs is not None:
         raise SettingsError(f"{file} is {fmt} output: --configs applies to tables only")
     missing = [name for name, value in (("--config", config), ("--campaign", campaign), ("--workload", workload),
@@ -125,6 +128,6 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
         raise SettingsError(f"{file} is {fmt} output, which needs {', '.join(missing)}")
     assert config is not None and campaign is not None and workload is not None and date is not None
     ingest = {"sglang-bench": ingest_sglang_bench, "vllm-bench": ingest_vllm_bench, "aiperf": ingest_aiperf}[fmt]
-    return fmt, ingest(store_dir, file, config=config, campaign=campaign, workload=workload, date=date,
-                       order=order, concurrency=concurrency, environment=environment,
-                       skip_existing=skip_existing)
+    return fmt, replace(ingest(store_dir, file, config=config, campaign=campaign, workload=workload, date=date,
+                               order=order, concurrency=concurrency, environment=environment,
+                               skip_existing=skip_existing), detected_by=why)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from findings import fmt, prose, views
+from findings import caveats, fmt, prose, views
 from findings.analysis import (Cell, Comparison, Conclusions, Rules, analysis_workload, campaign_comparisons,
                                cells, conclude, workload_tables)
 from findings.history import Entry, replay
 from findings.model import THROUGHPUT, Dataset, Point, Scalar
-from findings.validity import flagged
+from findings.validity import counts, flagged
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,27 @@ class Labels:
         return ", ".join(f"P{n}" for n in nums)
 
 
-def _verdict_table(conclusions: Conclusions, workload: str, labels: Labels) -> Table | None:
+class Marks:
+    """Why verdicts are not deployment facts (caveats.py): per comparison,
+    from the points on both sides; empty for configs that do not speculate."""
+
+    def __init__(self, data: Dataset, points: dict[str, Point]) -> None:
+        self.points = points
+        self.spec = caveats.speculative_configs(data.configs, data.points)
+        self.seen: set[str] = set()  # every reason marked anywhere in the document
+
+    def reasons(self, comp: Comparison) -> tuple[str, ...]:
+        found = caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, self.spec,
+                                           self.points)
+        self.seen.update(found)
+        return found
+
+    def cell(self, comp: Comparison) -> str:
+        """A verdict cell, with the mark when it applies."""
+        return prose.verdict_cell(comp) + (f" {caveats.MARK}" if self.reasons(comp) else "")
+
+
+def _verdict_table(conclusions: Conclusions, workload: str, labels: Labels, marks: Marks) -> Table | None:
     wc = conclusions.workload(workload)
     if wc is None or not wc.candidates:
         return None
@@ -79,14 +99,18 @@ def _verdict_table(conclusions: Conclusions, workload: str, labels: Labels) -> T
         row = [str(conc)]
         for cand in wc.candidates:
             comp = next((c for c in cand.comparisons if c.concurrency == conc), None)
-            row.append(f"{prose.verdict_cell(comp)} ({comp.a.campaign}: {labels.cell(comp.a.point_ids)} vs "
+            row.append(f"{marks.cell(comp)} ({comp.a.campaign}: {labels.cell(comp.a.point_ids)} vs "
                        f"{labels.cell(comp.b.point_ids)})" if comp else "—")
         rows.append(tuple(row))
     return Table(headers, tuple(rows), ("right",) + ("left",) * len(wc.candidates))
 
 
+#: Marks a throughput whose source does not record how many requests failed.
+UNKNOWN_FAILURES = "†"
+
+
 def _campaign_table(rules: Rules, pts: list[Point], mine: list[Cell], comps: list[Comparison],
-                    flags: dict[str, tuple[str, ...]], labels: Labels) -> Table:
+                    flags: dict[str, tuple[str, ...]], labels: Labels, marks: Marks) -> Table:
     """One campaign's table for one workload: ``pts`` its points, ``mine`` its valid cells."""
     configs = sorted({p.config for p in pts}, key=lambda n: (n != rules.baseline, n))
     concs = sorted({p.concurrency for p in pts})
@@ -107,16 +131,19 @@ def _campaign_table(rules: Rules, pts: list[Point], mine: list[Cell], comps: lis
             here = at.get((n, conc), [])
             bad = [p for p in here if p.id in flags]
             mark = f" ⚠ {len(bad)} flagged" if bad else ""
+            if cell is not None and any(counts(p).failures_unknown for p in here if p.id in cell.point_ids):
+                mark = f" {UNKNOWN_FAILURES}{mark}"
             ids.extend(p.id for p in here)
             if cell is None:
-                row.append(f"—{mark}")
+                failed = here and all(counts(p).all_failed for p in here)
+                row.append(f"{'n/a, all failed' if failed else '—'}{mark}")
             elif cell.n > 1:
                 row.append(f"{fmt.tput(cell.mean)} (n={cell.n}, range {cell.spread * 100:.1f}%){mark}")
             else:
                 row.append(f"{fmt.tput(cell.mean)}{mark}")
         for n in cands:
             comp = by_comp.get((n, conc))
-            row.append(prose.verdict_cell(comp) if comp else "—")
+            row.append(marks.cell(comp) if comp else "—")
         row.append(labels.cell(tuple(ids)))
         rows.append(tuple(row))
     return Table(headers, tuple(rows),
@@ -300,9 +327,10 @@ def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, 
         where = f"{src}:{p.source_line}" if p.source_line is not None else str(src)
         rows.append((labels.of[p.id], p.id, p.campaign, analysis_workload(p.workload, p.simulated), p.config,
                      str(p.concurrency), fmt.tput(p.metrics[THROUGHPUT]) if THROUGHPUT in p.metrics else "n/a",
-                     where, "; ".join(flags.get(p.id, ()))))
-    return Table(("label", "point id", "campaign", "workload", "config", "C", "tok/s", "source", "flagged"),
-                 tuple(rows), ("left", "left", "left", "left", "left", "right", "right", "left", "left"))
+                     counts(p).describe(), where, "; ".join(flags.get(p.id, ()))))
+    return Table(("label", "point id", "campaign", "workload", "config", "C", "tok/s", "requests", "source",
+                  "flagged"), tuple(rows),
+                 ("left", "left", "left", "left", "left", "right", "right", "left", "left", "left"))
 
 
 def build(data: Dataset, rules: Rules, title: str, store_label: str,
@@ -323,6 +351,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
     comps = campaign_comparisons(data, rules, valid, shown_names, tables)
     labels = Labels(data, rules)
     points = {p.id: p for p in data.points}
+    marks = Marks(data, points)
     spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
             not in ("none", "", "null")}
     by_campaign: dict[str, dict[str, list[Point]]] = {}
@@ -347,17 +376,24 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
                             f"campaigns, not listed here (findings conclusions --json lists every flagged point)")
         cands = [replace(c, cross=tuple(x for x in c.cross if x.b.campaign in shown_names)) if hidden else c
                  for c in wc.candidates]
+        policies = []
+        for cand in wc.candidates:
+            why = sorted({r for comp in cand.comparisons for r in marks.reasons(comp)})
+            policies.append(prose.policy(cand) + (f" {caveats.MARK} Measured on {fmt.text(caveats.describe(why))}: "
+                                               "not a deployment fact." if why else ""))
         workloads.append({
             "name": wc.workload,
             "simulated": wc.simulated,
             "baseline_measured": wc.baseline_measured,
+            # Measured, but every such point failed a validity gate.
+            "baseline_flagged": not wc.baseline_measured and any(p.config == rules.baseline for p in bad),
             "latency": prose.latency(wc),
             "throughput": prose.throughput(wc),
             "slo": _slo_line(latest, slo) if slo.set else None,
             "goodput": _goodput(latest, slo) if slo.set else [],
-            "policies": [prose.policy(c) for c in wc.candidates],
+            "policies": policies,
             "cross_checks": [x for c in cands if (x := prose.cross_check(c))],
-            "verdicts": _verdict_table(conclusions, wc.workload, labels),
+            "verdicts": _verdict_table(conclusions, wc.workload, labels, marks),
             "left_out": left_out,
         })
     campaigns = []
@@ -369,9 +405,14 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             wpts = mine_by_workload[w]
             notes = sorted({f"{p.config} at C={p.concurrency}: {p.note}" for p in wpts if p.note})
             mine = valid_at.get((c.name, w), [])
+            table = _campaign_table(rules, wpts, mine, comps.get((c.name, w), []), flags, labels, marks)
             sections.append({
                 "name": w,
-                "table": _campaign_table(rules, wpts, mine, comps.get((c.name, w), []), flags, labels),
+                "table": table,
+                "unknown_failures": any(counts(p).failures_unknown for p in wpts),
+                "caveat": caveats.describe(caveats.verdict_reasons(
+                    [p.id for p in wpts if p.config in marks.spec], points)) if any(
+                    caveats.MARK in cell for row in table.rows for cell in row) else None,
                 "notes": notes,
                 "flagged": [f"{labels.label(p.id)} ({p.config}, C={p.concurrency}): {'; '.join(flags[p.id])}"
                             for p in sorted(wpts, key=lambda p: labels.of[p.id]) if p.id in flags],
@@ -392,6 +433,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
                             "first_when": hidden[0].when, "last": hidden[-1].name, "last_when": hidden[-1].when,
                             "points": sum(len(p) for c in hidden for p in by_campaign.get(c.name, {}).values())}
     appendix = _appendix(labels, flags, data, only_cited=bool(hidden))
+    n_unknown = sum(1 for p in data.points if counts(p).failures_unknown)
     return {
         "title": title,
         "store": store_label,
@@ -399,6 +441,11 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "n_campaigns": len(data.campaigns),
         "n_runs": len(data.runs),
         "n_flagged": len(flags),
+        "n_failures_unknown": n_unknown,
+        "n_all_failed": sum(1 for p in data.points if counts(p).all_failed),
+        "caveat": caveats.EXPLANATION if marks.seen else None,
+        "caveat_mark": caveats.MARK,
+        "unknown_mark": UNKNOWN_FAILURES,
         "any_simulated": any(p.simulated for p in data.points),
         "baseline": rules.baseline,
         "floor": fmt.band(rules.noise_floor),

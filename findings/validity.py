@@ -2,7 +2,14 @@
 
 A flagged point stays in the store and in its campaign's table, marked with
 the reason; the analysis leaves it out, and the conclusion says so.
+
+Request accounting (``counts``) is read from what each point records:
+``planned`` (requests sent or meant to be sent), ``completed`` (successes)
+and ``failed``. A count the source did not record is None, never zero: an
+imported point whose file cannot tell how many requests failed has
+``failed`` None, and is reported as "failures unknown", not as "0 failed".
 """
+
 
 from __future__ import annotations
 
@@ -36,16 +43,87 @@ def speculative(facts: Mapping[str, Scalar]) -> bool | None:
     return str(algo).strip().lower() not in NO_SPEC
 
 
+@dataclass(frozen=True)
+class Counts:
+    """A point's requests: None where its source does not record the count."""
+
+    planned: int | None
+    completed: int | None
+    failed: int | None
+
+    @property
+    def all_failed(self) -> bool:
+        """Requests were sent and none completed."""
+        return self.completed == 0 and (self.failed is None or self.failed > 0) and self.planned != 0
+
+    @property
+    def failures_unknown(self) -> bool:
+        return self.failed is None and not self.all_failed
+
+    def describe(self) -> str:
+        """For the appendix: "3 of 64 failed", "none of 64 failed", "unknown"."""
+        if self.failed is None:
+            if self.all_failed:
+                return "all failed" + (f" ({self.planned} sent)" if self.planned else "")
+            return "unknown" + (f" ({self.completed} completed)" if self.completed is not None else "")
+        sent = self.planned if self.planned is not None else (
+            self.completed + self.failed if self.completed is not None else None)
+        of = f" of {sent}" if sent is not None else ""
+        if self.failed == 0:
+            return f"none{of} failed"
+        if sent is not None and self.failed >= sent:
+            return f"all {sent} failed"
+        return f"{self.failed}{of} failed"
+
+
+#: What a point where every request failed keeps: the counts and how long it
+#: ran. Its throughput and latencies measure nothing (zeros or NaN in the
+#: tools' files), so they are not stored.
+ALL_FAILED_KEEP = frozenset({"planned", "completed", "failed", "duration"})
+
+
+def only_counts(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The metrics an all-failed point keeps: counts, duration, error types."""
+    return {k: v for k, v in metrics.items() if k in ALL_FAILED_KEEP or k.startswith("errors_")}
+
+
+def _count(m: Mapping[str, float], key: str) -> int | None:
+    v = m.get(key)
+    return int(v) if v is not None else None
+
+
+def counts(p: Point) -> Counts:
+    """The point's request counts, from its metrics; an imported point that
+    kept per-request records but no ``failed`` count (stored before the
+    importers counted them) is counted from those records' errors."""
+    m = p.metrics
+    planned, completed, failed = _count(m, "planned"), _count(m, "completed"), _count(m, "failed")
+    if failed is None and isinstance(p.requests, Mapping):
+        errors = p.requests.get("error")
+        if isinstance(errors, list) and all(isinstance(e, str) for e in errors):
+            failed = sum(1 for e in errors if e)
+            if planned is None:
+                planned = len(errors)
+            if completed is None:
+                completed = planned - failed
+    return Counts(planned=planned, completed=completed, failed=failed)
+
+
 def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates) -> tuple[str, ...]:
     m = p.metrics
     out = []
-    planned, completed, failed = m.get("planned"), m.get("completed"), m.get("failed", 0.0)
-    if completed is not None and planned:
-        total = completed + failed
-        if failed / planned > gates.max_failed_fraction:
-            out.append(f"{failed / planned:.0%} of requests failed (limit {gates.max_failed_fraction:.0%})")
-        if total < planned:
-            out.append(f"finished {int(total)} of {int(planned)} planned requests")
+    n = counts(p)
+    if n.all_failed:
+        sent = n.planned if n.planned is not None else n.failed
+        out.append(f"all {sent} requests failed" if sent else "all requests failed")
+    elif n.failed is not None:
+        sent = n.planned if n.planned is not None else (
+            n.completed + n.failed if n.completed is not None else None)
+        if sent and n.failed / sent > gates.max_failed_fraction:
+            out.append(f"{n.failed / sent:.0%} of requests failed ({n.failed} of {sent}; limit "
+                       f"{gates.max_failed_fraction:.0%})")
+        if n.planned and n.completed is not None and n.completed + n.failed < n.planned:
+            out.append(f"finished {n.completed + n.failed} of {n.planned} planned requests")
     lag = m.get("client_loop_lag_p99_ms")
     if lag is not None and lag > gates.max_client_lag_ms:
         out.append(f"client event-loop lag p99 {lag:.1f} ms > {gates.max_client_lag_ms:g} ms: client-bound")
@@ -58,9 +136,14 @@ def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates) -> tuple[str, .
                                       "draft_acceptance_metrics"))
     if spec is False and has_accept:
         out.append("reports speculative acceptance, but the config runs no speculation")
-    if spec is True and not has_accept and p.source in ("runner", "simulated") and m.get("completed", 0) > 0:
+    if spec is True and not has_accept and p.source in ("runner", "simulated") and (n.completed or 0) > 0:
         out.append("a speculative config that reported no acceptance")
     return tuple(out)
+
+
+def failures_unknown(data: Dataset) -> list[str]:
+    """Ids of the points whose source does not record how many requests failed."""
+    return [p.id for p in data.points if counts(p).failures_unknown]
 
 
 def flagged(data: Dataset, gates: Gates) -> dict[str, tuple[str, ...]]:

@@ -260,3 +260,27 @@ def test_error_events_and_http_500_are_told_apart(emulator, store):
     assert r.exit_code == 0, r.output
     m = runs(store)[0]["points"][0]["metrics"]
     assert m.get("errors_http_500", 0) >= 1 and m.get("errors_server_error", 0) >= 1
+
+
+def test_points_record_their_prompts_and_ignore_eos(emulator, store):
+    url = emulator("--profile", "eagle3-topk1-v2", "--speed", SPEED)
+    r = attach(store, url, "--prompts", "random-ids", config="eagle3-topk1-v2", concurrency="1")
+    assert r.exit_code == 0, r.output
+    r = attach(store, url, "--no-ignore-eos", "--prompts", "diverse", "--api", "openai-completions",
+               config="eagle3-topk1-v2", campaign="c2", concurrency="1")
+    assert r.exit_code == 0, r.output
+    params = {d["campaigns"][0]["name"]: d["points"][0]["workload_params"] for d in runs(store)}
+    assert params["c1"]["prompts"] == "random-ids" and params["c1"]["ignore_eos"] is True
+    assert params["c2"]["prompts"] == "diverse" and params["c2"]["ignore_eos"] is False
+
+
+def test_a_point_where_every_request_failed_has_no_throughput(emulator, store):
+    url = emulator("--speed", SPEED, "--fail-share", "1", "--fail-how", "http:503")
+    r = attach(store, url, "--warmup", "0", concurrency="4")
+    assert r.exit_code == 0, r.output
+    (doc,) = runs(store)
+    m = doc["points"][0]["metrics"]
+    assert "output_throughput_tok_s" not in m and "mean_ttft_ms" not in m
+    assert (m["planned"], m["completed"], m["failed"], m["errors_http_503"]) == (8, 0, 8, 8)
+    got = json.loads(cli("conclusions", "--json", store=store).output)
+    assert got["flagged"] == {doc["run_id"] + "/0": ["all 8 requests failed"]}

@@ -384,9 +384,12 @@ def _text(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-SGL_FILES = sorted(SGL.glob("*.jsonl"))
+#: Real tools' files (tests/fixtures/real_tools/) seed the fuzzers too: failures, all-failed runs, records.
+REAL = FIXTURES / "real_tools"
+SGL_FILES = sorted(SGL.glob("*.jsonl")) + sorted(REAL.glob("sglang_*.jsonl"))
 SGL_LINES = [json.loads(line) for f in SGL_FILES for line in _text(f).splitlines() if line.strip()]
 TABLES = [(HISTORY / "measurements.csv", HISTORY / "configs.csv"),
+          (FIXTURES / "failures.csv", HISTORY / "configs.csv"),
           (FIXTURES / "rigor.csv", FIXTURES / "rigor-configs.csv")]
 RUN_FILES = sorted((FIXTURES / "store" / "runs").glob("*.json"))
 RUN_DOCS = [json.loads(_text(p)) for p in RUN_FILES]
@@ -568,7 +571,9 @@ INLINE_SEEDS = {
 def _seeds(name: str, dirs: tuple[str, ...]) -> list[tuple[str, str]]:
     found = [(p.name, _text(p)) for d in dirs for p in sorted((FIXTURES / d).glob("*"))
              if p.is_file() and p.suffix in (".json", ".jsonl", ".csv")]
-    return found + INLINE_SEEDS.get(name, [])
+    prefix = {"vllm_bench": "vllm_", "aiperf": "aiperf_"}.get(name)
+    real = [(p.name, _text(p)) for p in sorted(REAL.glob(f"{prefix}*")) if prefix and p.suffix in (".json", ".jsonl")]
+    return found + real + INLINE_SEEDS.get(name, [])
 
 
 def _mutated_seed(data: st.DataObject, seeds: list[tuple[str, str]]) -> tuple[bytes, str]:

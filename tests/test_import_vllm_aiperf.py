@@ -116,7 +116,10 @@ def test_vllm_old_formats() -> None:
     p = vread("benchmark_serving_2025_03.json").points[0]
     assert p.workload_params["backend"] == "vllm" and "endpoint_type" not in p.workload_params
     p = vread("v0_10_1_1_c16.json").points[0]
-    assert "failed" not in p.metrics and "planned" not in p.metrics and p.requests is None
+    doc = raw(VLLM / "v0_10_1_1_c16.json")
+    assert "failed" not in doc and "errors" not in doc and p.requests is None
+    # No `failed`, no details: every request sent (num_prompts) is a success or a failure.
+    assert p.metrics["failed"] == doc["num_prompts"] - doc["completed"] and p.metrics["planned"] == doc["num_prompts"]
 
 
 def test_vllm_without_max_concurrency_needs_concurrency() -> None:
@@ -263,7 +266,8 @@ def test_aiperf_0_13_concurrency_phase_and_speculation() -> None:
     assert p.metrics["accept_length"] == doc["spec_decode_token_weighted_acceptance_length"]["avg"]
     assert p.metrics["mean_spec_decode_acceptance_length"] == doc["spec_decode_acceptance_length"]["avg"]
     assert p.metrics["completed_request_count"] == 300 and p.metrics["failed"] == 0 and p.metrics["planned"] == 300
-    assert p.workload_params == {"tool": "aiperf", "load_type": "concurrency", "request_count": 300}
+    assert p.workload_params == {"tool": "aiperf", "load_type": "concurrency", "request_count": 300,
+                                 "dataset": "synthetic"}
     assert run.configs[ARGS["config"]] == {"model_path": "meta-llama/Llama-3.3-70B-Instruct"}
     assert run.environment["aiperf_version"] == "0.13.0"
     assert p.note is None
@@ -436,7 +440,7 @@ def test_detect_covers_all_fixture_folders() -> None:
         (b"[1, 2, 3]", "a list, not an object"),
         (b'{"foo": 1}', "neither AIPerf metric objects nor 'output_throughput'"),
         (b'{"output_throughput": 5.0, "max_concurrency": 1}', "no key that only vLLM or only sglang writes"),
-        (b'{"output_throughput": 5.0, "model_id": "m", "dataset_name": "random"}', "vLLM keys"),
+        (b'{"output_throughput": 5.0, "model_id": "m", "random_input_len": 32}', "keys only vLLM writes (model_id)"),
         (b'{"output_throughput": 5.0,\n "model_id": ', "not valid JSON"),
         (b"a,b,c\n1,2,3\n", "without the table's columns campaign, workload, config"),
     ],

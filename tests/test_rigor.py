@@ -31,7 +31,7 @@ def test_a_30_percent_failed_point_is_flagged_and_left_out(rules):
     comp = wc.candidate("spec").comparisons[0]
     assert comp.a.point_ids == ("t/2",)
     assert comp.verdict == "tie"
-    assert reasons(pts[1], {}, Gates()) == ("30% of requests failed (limit 5%)",)
+    assert reasons(pts[1], {}, Gates()) == ("30% of requests failed (3 of 10; limit 5%)",)
 
 
 def test_other_gates():

@@ -32,6 +32,7 @@ class PointPlan:
     output_len: int
     model: str
     rid_prefix: str
+    ignore_eos: bool = True
 
 
 async def _lag_monitor(samples: list[float], stop: asyncio.Event) -> None:
@@ -44,7 +45,7 @@ async def _lag_monitor(samples: list[float], stop: asyncio.Event) -> None:
 
 async def _one(transport: StreamTransport, plan: PointPlan, prompt: Prompt, rid: str) -> RequestRecord:
     rec = RequestRecord(index=prompt.index, input_len=prompt.input_len)
-    req = build(plan.api, prompt, plan.output_len, plan.model, rid)
+    req = build(plan.api, prompt, plan.output_len, plan.model, rid, ignore_eos=plan.ignore_eos)
     await transport.send(req, rec, Parser(plan.api, rec))
     return rec
 

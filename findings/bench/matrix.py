@@ -16,6 +16,7 @@ input_len = 256
 output_len = 128
 num_prompts = 32              # at least this many requests per point ...
 prompts_per_concurrency = 2   # ... and at least this many per unit of C
+ignore_eos = true             # fixed output lengths (the default); false: stop at the end of sequence
 seed = 1
 
 [vars]                        # {name} in launch lines is replaced by these
@@ -131,7 +132,14 @@ def workload_from(path: str, name: str, t: Mapping[str, Any]) -> Workload:
         num_prompts=_int(path, f"{where}.num_prompts", t.get("num_prompts", 32), 1),
         seed=_int(path, f"{where}.seed", t.get("seed", 1), 0),
         per_concurrency=_int(path, f"{where}.prompts_per_concurrency", t.get("prompts_per_concurrency", 1), 0),
+        ignore_eos=_bool(path, f"{where}.ignore_eos", t.get("ignore_eos", True)),
     )
+
+
+def _bool(path: str, where: str, v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise InputError(path, None, where, "expected true or false")
+    return v
 
 
 def parse(path: str, text: str) -> Matrix:

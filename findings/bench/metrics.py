@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from findings.bench.records import PointOutcome, RequestRecord
 from findings.model import THROUGHPUT
+from findings.validity import only_counts
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -122,7 +123,12 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
     if gap_err:
         m["itl_client_error_p50_ms"] = percentile(gap_err, 50) * 1000
         m["itl_client_error_p99_ms"] = percentile(gap_err, 99) * 1000
-    return {k: v for k, v in m.items() if math.isfinite(v)}
+    m = {k: v for k, v in m.items() if math.isfinite(v)}
+    if recs and not ok:
+        # Every request failed: a throughput of 0 and no latencies would
+        # measure nothing; the point keeps its counts and its error types.
+        return only_counts(m)
+    return m
 
 
 def _server_figures(ok: Sequence[RequestRecord]) -> dict[str, float]:

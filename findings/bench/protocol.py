@@ -25,10 +25,12 @@ class Request:
     body: dict[str, Any]
 
 
-def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str) -> Request:
+def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str, ignore_eos: bool = True) -> Request:
+    """The request body. ``ignore_eos``: exactly ``output_len`` tokens (also
+    ``min_tokens`` on the OpenAI APIs); otherwise up to ``output_len``."""
     if api == "native":
         body: dict[str, Any] = {
-            "sampling_params": {"max_new_tokens": output_len, "ignore_eos": True, "temperature": 0.0},
+            "sampling_params": {"max_new_tokens": output_len, "ignore_eos": ignore_eos, "temperature": 0.0},
             "stream": True,
             "rid": rid,
         }
@@ -43,11 +45,12 @@ def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str) -> Re
         "temperature": 0.0,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-        "ignore_eos": True,
-        "min_tokens": output_len,
+        "ignore_eos": ignore_eos,
         "rid": rid,
         "return_spec_tokens_details": True,
     }
+    if ignore_eos:
+        common["min_tokens"] = output_len
     if api == "openai-chat":
         return Request(PATHS[api], {**common, "messages": [{"role": "user", "content": prompt.text or ""}]})
     if api == "openai-completions":

@@ -267,7 +267,7 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
                     prompts = tuple(make_prompts(w, n, salt=salt, ids=False))
                     warm = tuple(make_prompts(w, sweep.warmup, salt=-salt)) if sweep.warmup else ()
                     plan = PointPlan(api=sweep.api, concurrency=c, prompts=prompts, warmup=warm,
-                                     output_len=w.output_len, model=target.model,
+                                     output_len=w.output_len, model=target.model, ignore_eos=w.ignore_eos,
                                      rid_prefix=f"{campaign.name}-{target.spec.name}-{c}-{repeat}-{time.time_ns()}")
                     if sweep.flush_cache:
                         await asyncio.to_thread(target.control.flush_cache)

@@ -36,6 +36,10 @@ class Workload:
     num_prompts: int
     seed: int = 1
     per_concurrency: int = 1  # at least this many requests per unit of C
+    #: Generate exactly output_len tokens (the server ignores the end of
+    #: sequence). Fixed lengths make points comparable, but speculation's
+    #: acceptance past the natural end is not real traffic's (caveats.py).
+    ignore_eos: bool = True
 
     def requests_at(self, concurrency: int) -> int:
         """Requests measured at one C: enough that every slot is reused."""
@@ -43,7 +47,7 @@ class Workload:
 
     def params(self) -> dict[str, str | int]:
         return {"prompts": self.kind, "input_len": self.input_len, "output_len": self.output_len,
-                "seed": self.seed}
+                "seed": self.seed, "ignore_eos": self.ignore_eos}
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,18 @@ Names follow the store's (sglang.bench_serving's) vocabulary:
 The concurrency is read from ``input_config`` (the profiling ``phases`` in
 AIPerf 0.13, ``loadgen`` in 0.1 and 0.6, ``perf_analyzer.stimulus`` or
 ``concurrency`` in genai-perf), or else given with ``--concurrency``.
+
+Failures: ``request_count`` counts successes and ``error_request_count``
+failures. AIPerf writes the latter only when a request failed (an
+``ERROR_ONLY`` metric), so in an AIPerf export its absence means none
+failed; genai-perf records no failures at all, so its count is unknown.
+
+When every request fails, AIPerf 0.13 writes no summary at all: it exits 1
+and leaves only the per-request records, ``profile_export.jsonl`` (one JSON
+object per request, each failed one with an ``error``). ``read`` takes that
+file too (``read_records``) and stores the run as a point where every
+request failed: no throughput, flagged, shown. A records file where some
+requests succeeded is refused: AIPerf then wrote its own summary next to it.
 """
 
 from __future__ import annotations
@@ -158,9 +170,16 @@ def _metrics(path: str, doc: Mapping[str, Any]) -> dict[str, float]:
             raise InputError(path, None, f"{objs['completed_request_count'][0]}.avg",
                              f"expected a count >= request_count ({metrics['completed']:g}), got {total!r}")
         metrics["failed"] = total - metrics["completed"]
+    if "failed" not in metrics and "completed" in metrics and _is_aiperf(doc):
+        metrics["failed"] = 0.0  # ERROR_ONLY: AIPerf writes error_request_count only when a request failed
     if "completed" in metrics and "failed" in metrics:
         put("planned", metrics["completed"] + metrics["failed"], f"{objs['request_count'][0]}.avg")
     return metrics
+
+
+def _is_aiperf(doc: Mapping[str, Any]) -> bool:
+    """AIPerf (any version), not genai-perf."""
+    return "aiperf_version" in doc or "records" in doc or "schema_version" in doc
 
 
 def _get(obj: Any, *keys: str) -> Any:
@@ -242,6 +261,100 @@ def _model(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _prompts(cfg: Mapping[str, Any]) -> dict[str, Scalar]:
+    """The prompt set and ``ignore_eos``, where the config records them
+    (AIPerf 0.13: ``datasets[].type`` synthetic | file | public, and the
+    public dataset's name; ``endpoint.extra.ignore_eos`` from
+    ``--extra-inputs``)."""
+    out: dict[str, Scalar] = {}
+    datasets = cfg.get("datasets")
+    if isinstance(datasets, list) and datasets and isinstance(datasets[0], dict):
+        kind, name = datasets[0].get("type"), datasets[0].get("dataset")
+        if isinstance(kind, str):
+            out["dataset"] = f"{kind}:{name}" if kind == "public" and isinstance(name, str) else kind
+    extra = _get(cfg, "endpoint", "extra")
+    if isinstance(extra, dict) and isinstance(extra.get("ignore_eos"), bool):
+        out["ignore_eos"] = extra["ignore_eos"]
+    return out
+
+
+def _error_summary(path: str, summary: Any) -> str:
+    """``error_summary`` as one line: "2x HTTP 500 Internal Server Error; 2x ClientPayloadError"."""
+    if not isinstance(summary, list):
+        return ""
+    parts = []
+    for i, item in enumerate(summary):
+        if not isinstance(item, dict) or not isinstance(item.get("error_details"), dict):
+            raise InputError(path, None, f"error_summary[{i}]", "expected an object with error_details")
+        d, count = item["error_details"], item.get("count")
+        code = d.get("code")
+        what = " ".join(str(x) for x in ((f"HTTP {code}" if isinstance(code, int) else None), d.get("type"))
+                        if x) or "error"
+        parts.append(f"{count}x {' '.join(what.split())}" if isinstance(count, int) else " ".join(what.split()))
+    return "; ".join(parts)
+
+
+def is_records(doc: Mapping[str, Any]) -> bool:
+    """One line of AIPerf's per-request export (``profile_export.jsonl``)."""
+    meta = doc.get("metadata")
+    return isinstance(meta, dict) and "x_request_id" in meta and ("metrics" in doc or "error" in doc)
+
+
+def read_records(src: Source, text: str, config: str, campaign: str, workload: str, date: str,
+                 order: int | None, concurrency: int | None, environment: Mapping[str, Scalar] | None,
+                 skip_lines: frozenset[str], source: str) -> Run:
+    """AIPerf's per-request ``profile_export.jsonl`` of a run where every request failed."""
+    h = line_hash(text)
+    if h in skip_lines:
+        raise InputError(src.path, None, None, "this result was already ingested; nothing to add")
+    sent = failed = 0
+    kinds: dict[str, int] = {}
+    first_line = None
+    for line, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise InputError(src.path, line, None, "not valid JSON") from None
+        if not isinstance(rec, dict) or not is_records(rec):
+            raise InputError(src.path, line, "metadata", "expected an AIPerf per-request record")
+        meta = rec["metadata"]
+        if meta.get("benchmark_phase", "profiling") != "profiling":
+            continue  # warm-up records are not the measurement
+        first_line = first_line or line
+        sent += 1
+        err = rec.get("error")
+        if err is not None:
+            failed += 1
+            code = err.get("code") if isinstance(err, dict) else None
+            kind = f"http_{code}" if isinstance(code, int) else "other"
+            kinds[kind] = kinds.get(kind, 0) + 1
+    if sent == 0:
+        raise InputError(src.path, None, None, "no profiling records")
+    if failed < sent:
+        raise InputError(src.path, None, None,
+                         f"{sent - failed} of {sent} requests succeeded, so AIPerf wrote its summary "
+                         "profile_export_aiperf.json next to this file: import that (a records file is "
+                         "read only for a run where every request failed)")
+    if concurrency is None:
+        raise InputError(src.path, None, None, "AIPerf's records do not name the concurrency; pass --concurrency N")
+    metrics = {"planned": float(sent), "completed": 0.0, "failed": float(failed),
+               **{f"errors_{k}": float(v) for k, v in sorted(kinds.items())}}
+    rid = run_id(NAME, src.sha256)
+    point = Point(
+        id=point_id(rid, 0), run_id=rid, campaign=campaign, config=config, workload=workload,
+        concurrency=concurrency, metrics=metrics, source=source, source_file=src.path, source_line=first_line,
+        note="AIPerf wrote no summary: every request failed (read from its per-request records)",
+        workload_params={"tool": "aiperf"},
+    )
+    return make_run(
+        src, NAME, VERSION, source, environment=dict(environment or {}),
+        campaigns=(Campaign(name=campaign, date=date, order=order),),
+        configs={config: {}}, points=[point], hashes={h},
+    )
+
+
 def parse(src: Source) -> dict[str, Any]:
     text = src.text()
     if not text.strip():
@@ -271,8 +384,17 @@ def read(
     source: str = "import",
 ) -> Run:
     """Parse and validate the whole file; raise InputError on the first fault."""
+    text = src.text()
+    first = next((raw for raw in text.splitlines() if raw.strip()), "")
+    try:
+        head = json.loads(first) if first.lstrip().startswith("{") else None
+    except (ValueError, RecursionError):
+        head = None
+    if isinstance(head, dict) and is_records(head):
+        return read_records(src, text, config, campaign, workload, date, order, concurrency, environment,
+                            skip_lines, source)
     doc = parse(src)
-    h = line_hash(src.text())
+    h = line_hash(text)
     if h in skip_lines:
         raise InputError(src.path, None, None, "this result was already ingested; nothing to add")
     cfg = doc.get("input_config")
@@ -283,8 +405,7 @@ def read(
     metrics = _metrics(src.path, doc)
     found, load = _load(cfg)
     conc = _concurrency(src.path, found, concurrency)
-    params: dict[str, Scalar] = {"tool": "aiperf" if "aiperf_version" in doc or "records" in doc
-                                 or "schema_version" in doc else "genai-perf"}
+    params: dict[str, Scalar] = {"tool": "aiperf" if _is_aiperf(doc) else "genai-perf", **_prompts(cfg)}
     for key, value in load.items():
         if isinstance(value, (str, int, float, bool)):
             params[key] = workload_value(src.path, None, key, value)
@@ -295,6 +416,9 @@ def read(
         reason = doc.get("incomplete_reason")
         notes.append("AIPerf reports the run incomplete" + (f": {' '.join(reason.split())}"
                                                           if isinstance(reason, str) and reason.strip() else ""))
+    errors = _error_summary(src.path, doc.get("error_summary"))
+    if errors:
+        notes.append("errors: " + errors)
     env = dict(environment or {})
     version = doc.get("aiperf_version")
     if isinstance(version, str):

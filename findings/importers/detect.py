@@ -6,16 +6,27 @@ Rules, first match wins (docs/importers.md):
    (one object per line; the first object decides):
    - **aiperf** when a metric object ``{"unit": ..., "avg"|"p50"|...}`` sits
      under one of AIPerf's/genai-perf's metric tags (top level, or under
-     ``records`` as AIPerf 0.1 writes);
-   - else, for an object with ``output_throughput``: **vllm-bench** when it has
-     a key only vLLM writes (``VLLM_ONLY``) and none only sglang writes,
-     **sglang-bench** when it is the other way round; both or neither is refused
-     as ambiguous.
+     ``records`` as AIPerf 0.1 writes), or when the object is a line of
+     AIPerf's per-request export (``metadata.x_request_id``);
+   - else, for an object with ``output_throughput``, by the keys that only
+     one tool has ever written, in any release (``VLLM_OWN``, ``SGLANG_OWN``,
+     from the history of both scripts; tests/fixtures/real_tools/README.md):
+     **vllm-bench** when it has vLLM's own keys and none of sglang's,
+     **sglang-bench** the other way round. Keys both tools have written at
+     some time (``input_throughput``: vLLM from February to September
+     2024, sglang from 0.4.1) decide nothing. ``vllm bench serve --metadata
+     KEY=VALUE`` can add any key with a string value, so an sglang key counts
+     only with a value that is not a string (sglang writes numbers, nulls
+     and objects there). Both sets present, or neither, is refused as
+     ambiguous. ``backend`` never decides: sglang's client pointed at a vLLM
+     server writes ``"backend": "vllm"``.
 2. A CSV whose header has every required column of the long table
    (``campaign, workload, config, concurrency, output_throughput_tok_s``):
    **table**. A header with ``config`` but not the others is a configs table,
    which is refused with a hint (it goes with ``--configs``).
 3. Anything else is refused.
+
+``explain`` returns the format with the keys that decided it.
 """
 
 from __future__ import annotations
@@ -27,25 +38,48 @@ from typing import Any
 
 from findings.errors import InputError
 from findings.importers import table
-from findings.importers.aiperf import LATENCIES, SCALARS, metric_objects
+from findings.importers.aiperf import LATENCIES, SCALARS, is_records, metric_objects
 from findings.importers.common import Source
 
 FORMATS = ("table", "sglang-bench", "vllm-bench", "aiperf")
 
 #: Tags whose metric objects mark an AIPerf / genai-perf export.
 AIPERF_TAGS = frozenset(LATENCIES) | frozenset(SCALARS)
-#: Keys that ``vllm bench serve`` / benchmark_serving.py write and sglang.bench_serving never does.
-VLLM_ONLY = frozenset({
-    "model_id", "tokenizer_id", "num_prompts", "burstiness", "endpoint_type", "total_token_throughput",
-    "mean_e2el_ms", "median_e2el_ms", "p99_e2el_ms", "request_goodput:", "spec_decode_acceptance_length",
+#: Keys that vLLM's ``benchmark_serving.py --save-result`` (2024-02 on) or
+#: ``vllm bench serve`` (0.8 - 0.33) has written, and no release of
+#: sglang.bench_serving (0.1.24 - 0.5.23) ever has.
+VLLM_OWN = frozenset({
+    "model_id", "tokenizer_id", "num_prompts", "date", "version", "burstiness", "endpoint_type", "label",
+    "best_of", "use_beam_search", "failed", "request_inthroughput", "request_goodput:", "total_token_throughput",
+    "rtfx", "latencies", "queue_times", "start_times", "server_queue_times", "server_ttfts", "rps_change_events",
+    "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps", "total_input_sequences",
+    "input_sequence_throughput",
 })
-#: Keys that sglang.bench_serving writes and vLLM never does.
-SGLANG_ONLY = frozenset({
-    "dataset_name", "total_output_tokens_retokenized", "input_throughput", "mean_e2e_latency_ms",
-    "median_e2e_latency_ms", "concurrency", "accept_length", "random_input_len", "server_info",
-    "sharegpt_output_len",
+VLLM_OWN_PATTERNS = (("suffix", "_e2el_ms"), ("prefix", "spec_decode_"), ("prefix", "diffusion_"),
+                     ("prefix", "probe_"), ("suffix", "_client_queue_time_ms"))
+#: Keys that sglang.bench_serving has written, and no vLLM script ever has
+#: (except through ``--metadata``, as strings).
+SGLANG_OWN = frozenset({
+    "dataset_name", "sharegpt_output_len", "random_input_len", "random_output_len", "random_range_ratio", "tag",
+    "server_info", "concurrency", "accept_length", "total_throughput", "total_output_tokens_retokenized",
+    "total_input_text_tokens", "total_input_vision_tokens", "cache_report", "cached_tokens",
+    "cached_tokens_details", "goodput_slos_ms", "slo_attainment", "slo_attainment_by_metric",
+    "total_output_retokenized", "mean_e2e_latency", "median_e2e_latency", "median_ttft", "median_itl",
+    "benchmark_duration",
 })
+SGLANG_OWN_PATTERNS = (("suffix", "_e2e_latency_ms"),)
 STAT_KEYS = ("avg", "p50", "p99", "mean")
+
+
+def _matches(key: str, own: frozenset[str], patterns: tuple[tuple[str, str], ...]) -> bool:
+    return key in own or any(key.endswith(x) if kind == "suffix" else key.startswith(x) for kind, x in patterns)
+
+
+def own_keys(doc: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(vLLM's own keys, sglang's own keys) present in ``doc``, in file order."""
+    vllm = [k for k in doc if _matches(k, VLLM_OWN, VLLM_OWN_PATTERNS)]
+    sglang = [k for k in doc if _matches(k, SGLANG_OWN, SGLANG_OWN_PATTERNS) and not isinstance(doc[k], str)]
+    return vllm, sglang
 
 
 def _refuse(src: Source, why: str) -> InputError:
@@ -68,25 +102,37 @@ def _first_object(text: str) -> tuple[Any, bool]:
     return None, False
 
 
-def _json_format(src: Source, doc: dict[str, Any]) -> str:
+def _keys(keys: list[str]) -> str:
+    return ", ".join(keys[:4]) + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+
+
+def _json_format(src: Source, doc: dict[str, Any]) -> tuple[str, str]:
     objs = metric_objects(doc)
-    if any(tag in AIPERF_TAGS and any(k in obj for k in STAT_KEYS) for tag, (_, obj) in objs.items()):
-        return "aiperf"
+    tags = [tag for tag, (_, obj) in objs.items() if tag in AIPERF_TAGS and any(k in obj for k in STAT_KEYS)]
+    if tags:
+        return "aiperf", f"AIPerf metric objects: {_keys(tags)}"
+    if is_records(doc):
+        return "aiperf", "AIPerf per-request records (metadata.x_request_id)"
     if "output_throughput" not in doc:
         raise _refuse(src, "a JSON object with neither AIPerf metric objects nor 'output_throughput'")
-    vllm = sorted(VLLM_ONLY & doc.keys())
-    sglang = sorted(SGLANG_ONLY & doc.keys())
+    vllm, sglang = own_keys(doc)
     if vllm and not sglang:
-        return "vllm-bench"
+        return "vllm-bench", f"keys only vLLM writes: {_keys(vllm)}"
     if sglang and not vllm:
-        return "sglang-bench"
+        return "sglang-bench", f"keys only sglang.bench_serving writes: {_keys(sglang)}"
     if vllm:
-        raise _refuse(src, f"it has vLLM keys ({', '.join(vllm[:3])}) and sglang keys ({', '.join(sglang[:3])})")
+        raise _refuse(src, f"it has keys only vLLM writes ({_keys(vllm)}) and keys only sglang writes "
+                           f"({_keys(sglang)})")
     raise _refuse(src, "a benchmark result with no key that only vLLM or only sglang writes")
 
 
 def detect(src: Source) -> str:
     """The name of the importer for ``src``: one of FORMATS."""
+    return explain(src)[0]
+
+
+def explain(src: Source) -> tuple[str, str]:
+    """(the importer for ``src``, what decided it)."""
     try:
         text = src.text()
     except InputError as exc:
@@ -112,7 +158,7 @@ def detect(src: Source) -> str:
     if len(header) > 1:
         missing = [c for c in table.REQUIRED if c not in header]
         if not missing:
-            return "table"
+            return "table", f"a CSV with the columns {', '.join(table.REQUIRED)}"
         if "config" in header and "campaign" not in header:
             raise _refuse(src, "a configs table: give it to 'ingest table --configs'")
         raise _refuse(src, f"a CSV without the table's columns {', '.join(missing)}")

@@ -12,6 +12,15 @@ tests/fixtures/sglang_bench/README.md):
 Lines may hold ``Infinity`` (``request_rate``), ``NaN`` (0.3.x means of a run
 where every request failed) and ``null``. Every numeric top-level key is kept
 as a metric, so percentiles that a release lacks are simply absent.
+
+Failures: ``completed`` counts only the successful requests. With
+``--output-details`` the ``errors`` list has one entry per request sent (a
+non-empty string for each failure), so ``planned`` is its length and
+``failed`` its non-empty entries. Without details the file cannot tell how
+many failed: ``failed`` stays absent (unknown), never zero. A line with
+``completed`` 0 is a run where every request failed: it is kept as a point
+without throughput or latencies (they measure nothing), which the validity
+gate flags and the document shows.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from findings.errors import InputError
 from findings.importers.common import Source, line_hash, make_run, run_id
 from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.schema import finite, point_id
+from findings.validity import only_counts
 
 NAME = "sglang-bench"
 VERSION = "1"
@@ -143,8 +153,11 @@ def read(
             raise InputError(src.path, line, None, "expected a JSON object")
         if "output_throughput" not in doc:
             raise InputError(src.path, line, "output_throughput", "missing")
+        completed = _number(src.path, line, "completed", doc.get("completed"))
+        if completed is not None and (completed < 0 or not completed.is_integer()):
+            raise InputError(src.path, line, "completed", f"expected a count >= 0, got {doc['completed']!r}")
         tput = _number(src.path, line, "output_throughput", doc["output_throughput"])
-        if tput is None or tput < 0:
+        if (tput is None or tput < 0) and completed != 0:
             raise InputError(src.path, line, "output_throughput", "expected a number >= 0")
         conc_raw = doc.get("max_concurrency")
         if conc_raw is None:
@@ -158,7 +171,7 @@ def read(
             raise InputError(src.path, line, "max_concurrency", f"expected an integer >= 1, got {conc_raw!r}")
         else:
             conc = conc_raw
-        metrics: dict[str, float] = {THROUGHPUT: tput}
+        metrics: dict[str, float] = {THROUGHPUT: tput} if tput is not None else {}
         for key, value in doc.items():
             if key in WORKLOAD_KEYS or key in DETAIL_KEYS or key in ("output_throughput", "max_concurrency"):
                 continue
@@ -168,6 +181,16 @@ def read(
                     metrics[key] = num
             elif key == "accept_length" and value is not None:
                 raise InputError(src.path, line, key, "expected a number or null")
+        requests = _details(src.path, line, doc)
+        errors = requests.get("error") if requests else None
+        if isinstance(errors, list):
+            metrics["planned"] = float(len(errors))
+            metrics["failed"] = float(sum(1 for e in errors if e))
+            if completed is not None and completed > len(errors):
+                raise InputError(src.path, line, "completed",
+                                 f"{completed:g} completed, but 'errors' lists only {len(errors)} requests")
+        if completed == 0:
+            metrics = only_counts(metrics)
         params = {k: _workload_value(src.path, line, k, doc[k]) for k in WORKLOAD_KEYS if k in doc}
         for key, value in _facts(src.path, line, doc.get("server_info")).items():
             if key in facts and facts[key] != value:
@@ -191,7 +214,7 @@ def read(
                 source_file=src.path,
                 source_line=line,
                 workload_params={k: v for k, v in params.items() if v is not None},
-                requests=_details(src.path, line, doc),
+                requests=requests,
             )
         )
     if not points:

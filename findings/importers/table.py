@@ -9,6 +9,14 @@ This is the format of the hand-recorded seed results
 - optional: ``order`` (the campaign's place in time when no date was kept),
   ``date`` (YYYY-MM-DD), ``note``, ``repeat`` (ignored: repeats are rows with
   the same key);
+- optional request counts: ``completed`` (successful requests), ``failed``
+  and ``planned`` (requests sent), each a whole number or empty (not
+  recorded). Without ``failed`` the row's failures are unknown, never 0.
+  A row with ``completed`` 0 is a run where every request failed; its
+  throughput is ``n/a`` (or 0, which is then not kept);
+- optional prompt conditions (workload parameters): ``dataset`` (the
+  prompt set, e.g. ``random``, ``random-ids``, ``sharegpt``) and
+  ``ignore_eos`` (``true``/``false``), or empty;
 - any other column is a metric: a number, or empty.
 
 An optional configs CSV (``--configs``) has a ``config`` column and one
@@ -26,11 +34,16 @@ from findings.errors import InputError
 from findings.importers.common import Source, line_hash, make_run, run_id
 from findings.model import THROUGHPUT, Campaign, Input, Point, Run, Scalar
 from findings.schema import point_id, valid_date, valid_name
+from findings.validity import only_counts
 
 NAME = "table"
 VERSION = "1"
 REQUIRED = ("campaign", "workload", "config", "concurrency", THROUGHPUT)
-KNOWN = REQUIRED + ("order", "date", "note", "repeat")
+#: Request counts: whole numbers >= 0 (validity gates, docs/decisions.md D27).
+COUNTS = ("completed", "failed", "planned")
+#: Workload parameters (the prompt conditions; findings/caveats.py).
+PARAMS = ("dataset", "ignore_eos")
+KNOWN = REQUIRED + ("order", "date", "note", "repeat") + PARAMS
 #: The throughput cell of a row that measures something other than a
 #: server's output (findings' own render times in the perf store). Such a
 #: point never enters the analysis. An empty cell is still an error.
@@ -168,8 +181,29 @@ def read(
             if metrics[THROUGHPUT] < 0:
                 raise InputError(src.path, line, THROUGHPUT, "must be >= 0")
         for col in header:
-            if col not in KNOWN and row[col] != "":
+            if col in COUNTS and row[col] != "":
+                n = _int(src, line, col, row[col], 0)
+                if n > 2 ** 53:
+                    raise InputError(src.path, line, col, f"too large a count: {row[col]}")
+                metrics[col] = float(n)
+            elif col not in KNOWN and row[col] != "":
                 metrics[col] = _number(src, line, col, row[col])
+        if "planned" not in metrics and "completed" in metrics and "failed" in metrics:
+            metrics["planned"] = metrics["completed"] + metrics["failed"]
+        elif metrics.get("completed", 0) + metrics.get("failed", 0) > metrics.get("planned", math.inf):
+            raise InputError(src.path, line, "planned", "fewer than completed + failed")
+        if metrics.get("completed") == 0:
+            if metrics.get(THROUGHPUT, 0.0) != 0:
+                raise InputError(src.path, line, THROUGHPUT, "must be n/a or 0 when completed is 0")
+            metrics = only_counts(metrics)
+        params: dict[str, Scalar] = {}
+        if row.get("dataset"):
+            params["dataset"] = row["dataset"]
+        if row.get("ignore_eos"):
+            flag = row["ignore_eos"].lower()
+            if flag not in ("true", "false", "1", "0", "yes", "no"):
+                raise InputError(src.path, line, "ignore_eos", f"expected true or false, got {row['ignore_eos']!r}")
+            params["ignore_eos"] = flag in ("true", "1", "yes")
         hashes.add(h)
         points.append(
             Point(
@@ -184,6 +218,7 @@ def read(
                 source_file=src.path,
                 source_line=line,
                 note=row.get("note") or None,
+                workload_params=params,
             )
         )
     if not points:

@@ -23,6 +23,12 @@ wheels and repository (see tests/fixtures/vllm_bench/README.md):
 ``output_throughput`` (stored as ``output_throughput_tok_s``),
 ``spec_decode_acceptance_length`` (stored as ``accept_length``) and the keys
 that describe the load sent (``WORKLOAD_KEYS``).
+
+Failures: ``completed`` counts successes. ``failed`` is the file's own
+(0.11.1+), else the non-empty ``errors`` entries (detailed files), else
+``num_prompts`` minus ``completed`` (every request sent is one of the
+two); ``planned`` is completed + failed. A file with ``completed`` 0 is a
+run where every request failed: a point without throughput or latencies.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from findings.errors import InputError
 from findings.importers.common import Source, line_hash, make_run, run_id
 from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.schema import point_id
+from findings.validity import only_counts
 
 NAME = "vllm-bench"
 VERSION = "1"
@@ -198,14 +205,22 @@ def _concurrency(path: str, line: int, doc: Mapping[str, Any], given: int | None
     return raw
 
 
+def _count(path: str, line: int, key: str, value: Any) -> float | None:
+    num = finite_number(path, line, key, value)
+    if num is not None and (num < 0 or not num.is_integer()):
+        raise InputError(path, line, key, f"expected a count >= 0, got {value!r}")
+    return num
+
+
 def _metrics(path: str, line: int, doc: Mapping[str, Any]) -> dict[str, float]:
-    if "output_throughput" not in doc:
+    completed = _count(path, line, "completed", doc.get("completed"))
+    if "output_throughput" not in doc and completed != 0:
         raise InputError(path, line, "output_throughput",
                          "missing (a pooling/embedding run measures no output tokens)")
-    tput = finite_number(path, line, "output_throughput", doc["output_throughput"])
-    if tput is None or tput < 0:
+    tput = finite_number(path, line, "output_throughput", doc.get("output_throughput"))
+    if (tput is None or tput < 0) and completed != 0:
         raise InputError(path, line, "output_throughput", "expected a number >= 0")
-    metrics: dict[str, float] = {THROUGHPUT: tput}
+    metrics: dict[str, float] = {THROUGHPUT: tput} if tput is not None else {}
     for key, value in doc.items():
         if key in WORKLOAD_KEYS or key in HANDLED_KEYS or key in DETAIL_COLUMNS or key in OURS:
             continue
@@ -215,16 +230,20 @@ def _metrics(path: str, line: int, doc: Mapping[str, Any]) -> dict[str, float]:
                 metrics[RENAMED.get(key, key)] = num
         elif key in ("completed", "failed", "spec_decode_acceptance_length") and value is not None:
             raise InputError(path, line, key, f"expected a number, got {type(value).__name__}")
-    for key in ("completed", "failed"):
-        if key in metrics and (metrics[key] < 0 or not metrics[key].is_integer()):
-            raise InputError(path, line, key, f"expected a count >= 0, got {doc[key]!r}")
+    _count(path, line, "failed", doc.get("failed"))
     errors = doc.get("errors")
+    sent = doc.get("num_prompts")
+    sent = sent if isinstance(sent, int) and not isinstance(sent, bool) and sent >= 0 else None
     if "failed" not in metrics and isinstance(errors, list) and all(isinstance(e, str) or e is None for e in errors):
-        metrics["failed"] = float(sum(1 for e in errors if e))  # before 0.10.2: count the error strings
+        metrics["failed"] = float(sum(1 for e in errors if e))  # before 0.11.1: count the error strings
+    elif "failed" not in metrics and completed is not None and sent is not None and sent >= completed:
+        metrics["failed"] = float(sent - completed)  # before 0.11.1, no details: sent minus successes
     if "completed" in metrics and "failed" in metrics:
         metrics["planned"] = metrics["completed"] + metrics["failed"]
         if not math.isfinite(metrics["planned"]):
             raise InputError(path, line, "completed", "too large a count")
+    if completed == 0:
+        metrics = only_counts(metrics)
     return metrics
 
 

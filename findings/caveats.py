@@ -101,8 +101,8 @@ def verdict_reasons(point_ids: Iterable[str], points: Mapping[str, Point]) -> tu
 
 
 def describe(reasons: Iterable[str]) -> str:
-    """"random-token prompts (random-ids) and ignore_eos"."""
-    items = sorted(set(reasons))
+    """What follows "measured": "on random-token prompts (random-ids) and with ignore_eos"."""
+    items = [("with " if r == "ignore_eos" else "on ") + r for r in sorted(set(reasons))]
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]

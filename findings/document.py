@@ -112,17 +112,27 @@ def conclusions_json(settings: Settings) -> str:
 def conclusions_text(settings: Settings) -> str:
     """The conclusions as short plain text for a terminal."""
     data = store.load(settings.store)
-    result = conclude(data, settings.rules)
+    flags = flagged(data, settings.rules.gates)
+    result = conclude(data, settings.rules, cells(data, settings.rules, flags))
     if not result.workloads:
         return "no points in the store"
-    lines = [f"baseline: {settings.rules.baseline}; noise floor {fmt.band(settings.rules.noise_floor)}"]
+    points = {p.id: p for p in data.points}
+    spec = caveats.speculative_configs(data.configs, data.points)
+    unknown = failures_unknown(data)
+    lines = [f"baseline: {settings.rules.baseline}; noise floor {fmt.band(settings.rules.noise_floor)}; "
+             f"{len(flags)} of {len(data.points)} points flagged (left out), "
+             f"{len(unknown)} with failures not recorded (unknown, still used)"]
     for wc in result.workloads:
         lines.append("")
         lines.append(f"workload {wc.workload}")
         lines.append(f"  latency:    {_plain(latency(wc))}")
         lines.append(f"  throughput: {_plain(throughput(wc))}")
         for cand in wc.candidates:
-            lines.append(f"  policy      {_plain(policy(cand))}")
+            why = sorted({r for c in cand.comparisons
+                          for r in caveats.comparison_reasons(c.a.point_ids, c.b.point_ids, cand.config, spec,
+                                                              points)})
+            mark = f" [{caveats.MARK} measured {caveats.describe(why)}: not a deployment fact]" if why else ""
+            lines.append(f"  policy      {_plain(policy(cand))}{mark}")
     return "\n".join(lines)
 
 

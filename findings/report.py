@@ -379,7 +379,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         policies = []
         for cand in wc.candidates:
             why = sorted({r for comp in cand.comparisons for r in marks.reasons(comp)})
-            policies.append(prose.policy(cand) + (f" {caveats.MARK} Measured on {fmt.text(caveats.describe(why))}: "
+            policies.append(prose.policy(cand) + (f" {caveats.MARK} Measured {fmt.text(caveats.describe(why))}: "
                                                "not a deployment fact." if why else ""))
         workloads.append({
             "name": wc.workload,

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,18 @@ def dataset(rows: list[tuple[Any, ...]], campaigns: list[str] | None = None, sou
         points=points,
         configs={},
     )
+
+
+def render_golden(project: Path, out: Path, golden: Path, test_file: str) -> str:
+    """Render the project's document to ``out`` and hold it to ``golden``
+    (rewritten instead with FINDINGS_UPDATE_GOLDEN=1); returns the text."""
+    r = cli("--settings", str(project / "findings.toml"), "render", "--output", str(out))
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    if os.environ.get("FINDINGS_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text(), f"golden differs: FINDINGS_UPDATE_GOLDEN=1 pytest {test_file}"
+    return text
 
 
 @pytest.fixture

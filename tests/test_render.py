@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT, cli
+from conftest import FIXTURES, ROOT, cli, render_golden
 
 GOLDEN = Path(__file__).parent / "golden" / "fixture-store.md"
 
@@ -23,13 +22,7 @@ def test_golden_document_from_fixture_store(project, tmp_path):
     shutil.copytree(FIXTURES / "store", project / "benchmarks" / "results")
     with open(project / "findings.toml", "a") as fh:  # exercise the SLO views too
         fh.write("slo_ttft_p99_ms = 300\nslo_tpot_p99_ms = 50\n")
-    out = tmp_path / "doc.md"
-    r = cli("--settings", str(project / "findings.toml"), "render", "--output", str(out))
-    assert r.exit_code == 0, r.output
-    text = out.read_text()
-    if os.environ.get("FINDINGS_UPDATE_GOLDEN"):
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text(), "golden differs: FINDINGS_UPDATE_GOLDEN=1 pytest tests/test_render.py"
+    render_golden(project, tmp_path / "doc.md", GOLDEN, "tests/test_render.py")
 
 
 def test_document_sections_in_order(project, tmp_path):

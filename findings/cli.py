@@ -7,6 +7,7 @@ the two in step).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -290,6 +291,26 @@ def conclusions(obj: Context, as_json: bool) -> None:
     """Print the conclusions derived from the store."""
     s = _run(obj.settings)
     click.echo(_run(document.conclusions_json if as_json else document.conclusions_text, s))
+
+
+@main.command("deploy")
+@click.option("--workload", default=None, help="Only this workload.")
+@click.option("--config", default=None, help="Only this candidate config.")
+@click.option("--engine", type=click.Choice(["sglang", "vllm", "all"]), default="all", show_default=True,
+              help="Which engine's settings to emit.")
+@click.option("--out", "out", default="build/deploy", show_default=True, metavar="DIR",
+              help="Where to write the SGLang adaptive config files the flags name.")
+@click.option("--json", "as_json", is_flag=True, help="Print the stable JSON shape (docs/deploy.md).")
+@click.option("--steps", type=click.IntRange(min=1), default=None, metavar="K",
+              help="The step count (draft tokens per step chain), when the config's facts do not record it.")
+@click.option("--draft-model", default=None, metavar="PATH", help="The draft model, when its path is not recorded.")
+@click.pass_obj
+def deploy_cmd(obj: Context, workload: str | None, config: str | None, engine: str, out: str, as_json: bool,
+               steps: int | None, draft_model: str | None) -> None:
+    """Emit the exact SGLang and vLLM settings of each derived speculation policy."""
+    s = _run(obj.settings)
+    click.echo(_run(document.deploy, s, workload=workload, config=config, engine=engine, out=Path(out),
+                    as_json=as_json, steps=steps, draft_model=draft_model))
 
 
 @main.group("store")

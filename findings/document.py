@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from findings import caveats, fmt, pivot, render, report, store
+from findings import deploy as deploy_lib
 from findings.analysis import Comparison, cells, conclude
 from findings.conclusions_json import to_json
 from findings.errors import FindingsError
@@ -84,10 +85,7 @@ def render_document(settings: Settings, output: str | None = None, check: bool =
         _write_plots(settings, path, plots)
     if old == text:
         return Rendered(path, changed=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    _write_atomic(path, text)
     return Rendered(path, changed=True)
 
 
@@ -138,3 +136,36 @@ def conclusions_text(settings: Settings) -> str:
 
 def _plain(markdown: str) -> str:
     return markdown.replace("**", "").replace("`", "")
+
+
+def deploy(settings: Settings, *, workload: str | None = None, config: str | None = None, engine: str = "all",
+           out: Path | None = None, as_json: bool = False, steps: int | None = None,
+           draft_model: str | None = None) -> str:
+    """``findings deploy``: the engine settings of every derived policy; the
+    SGLang adaptive files are written under ``out`` (atomically)."""
+    data = store.load(settings.store)
+    conclusions_ = conclude(data, settings.rules)
+    engines = deploy_lib.ENGINES if engine == "all" else (engine,)
+    shown = str(out) if out is not None else ""
+    plans = deploy_lib.plan(data, conclusions_, workload=workload, config=config, engines=engines, steps=steps,
+                            draft_model=draft_model, adaptive_dir=shown)
+    known = {w.workload for w in conclusions_.workloads}
+    if workload is not None and workload not in known:
+        raise FindingsError(f"--workload {workload!r}: no such workload (known: {', '.join(sorted(known)) or 'none'})")
+    if config is not None and not plans:
+        raise FindingsError(f"--config {config!r}: not a candidate of {'that workload' if workload else 'any workload'}")
+    if out is not None:
+        for d in plans:
+            for e in d.engines:
+                if e.config is not None and e.file is not None and e.engine == "sglang":
+                    _write_atomic(Path(e.file), json.dumps(e.config, indent=2) + "\n")
+    if as_json:
+        return json.dumps(deploy_lib.to_json(plans), indent=2, ensure_ascii=False)
+    return deploy_lib.text(plans, written=out is not None)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

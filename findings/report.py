@@ -6,10 +6,11 @@ only format. Table cells are raw strings; the renderer escapes them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from findings import caveats, fmt, prose, views
+from findings import caveats, deploy, fmt, prose, views
 from findings.analysis import (Cell, Comparison, Conclusions, Rules, analysis_workload, campaign_comparisons,
                                cells, conclude, workload_tables)
 from findings.history import Entry, replay
@@ -283,6 +284,7 @@ def _campaign_names(names: set[str], rank: dict[str, int], limit: int) -> str:
 QUIET_FACTS = frozenset({
     "launch", "launch_command", "attention_backend", "chunked_prefill_size", "cuda_graph_max_bs", "dp_size",
     "ep_size", "pp_size", "mem_fraction_static", "enable_metrics", "served_model_name", "kv_cache_dtype",
+    "enable_dp_attention", "enable_multi_layer_eagle", "enable_two_batch_overlap", "enable_pdmux",
 })
 
 
@@ -314,6 +316,28 @@ def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], li
     earlier = {"changed": max(0, len(changed) - limit), "unchanged": max(0, len(unchanged) - limit),
                "first": entries[0].campaign.name}
     return changed[-limit:], unchanged[-limit:], earlier
+
+
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+LAUNCH = {"sglang": "python -m sglang.launch_server --model-path MODEL", "vllm": "vllm serve MODEL"}
+
+
+def _deploy_block(d: deploy.Deployment) -> dict[str, Any]:
+    """One candidate's Deploy block: per engine its status and reason, and for
+    flags a launch line to paste (``findings deploy`` emits the same)."""
+    engines = []
+    for e in d.engines:
+        lines = [LAUNCH[e.engine]] + list(e.flags) if e.flags else []
+        engines.append({
+            "name": ENGINE_NAMES[e.engine], "status": e.status, "reason": e.reason,
+            "launch": " \\\n    ".join(lines) if lines else None,
+            "file": e.file,
+            "json": json.dumps(dict(e.config), separators=(", ", ": ")) if e.config is not None and e.engine == "sglang"
+            else None,
+            "notes": list(e.notes),
+        })
+    return {"config": d.config, "policy": d.policy, "threshold": d.threshold, "notes": list(d.notes),
+            "engines": engines}
 
 
 def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool) -> Table:
@@ -352,6 +376,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
     labels = Labels(data, rules)
     points = {p.id: p for p in data.points}
     marks = Marks(data, points)
+    deployments = deploy.plan(data, conclusions)
     spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
             not in ("none", "", "null")}
     by_campaign: dict[str, dict[str, list[Point]]] = {}
@@ -392,6 +417,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "slo": _slo_line(latest, slo) if slo.set else None,
             "goodput": _goodput(latest, slo) if slo.set else [],
             "policies": policies,
+            "deploy": [_deploy_block(d) for d in deployments if d.workload == wc.workload],
             "cross_checks": [x for c in cands if (x := prose.cross_check(c))],
             "verdicts": _verdict_table(conclusions, wc.workload, labels, marks),
             "left_out": left_out,

@@ -22,6 +22,8 @@ SERVER_FACTS = (
     "disable_overlap_schedule", "speculative_algorithm", "speculative_draft_model_path",
     "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens",
     "speculative_adaptive", "enable_metrics", "launch_command", "emulated", "emulator_profile", "emulator_speed",
+    # What decides whether SGLang runs an adaptive speculation schedule (findings/deploy.py).
+    "enable_dp_attention", "enable_multi_layer_eagle", "enable_two_batch_overlap", "enable_pdmux",
 )
 
 #: A flag or variable name holds a secret when one of its words (split on

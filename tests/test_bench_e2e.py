@@ -284,3 +284,17 @@ def test_a_point_where_every_request_failed_has_no_throughput(emulator, store):
     assert (m["planned"], m["completed"], m["failed"], m["errors_http_503"]) == (8, 0, 8, 8)
     got = json.loads(cli("conclusions", "--json", store=store).output)
     assert got["flagged"] == {doc["run_id"] + "/0": ["all 8 requests failed"]}
+
+
+def test_points_record_the_servers_running_batch(emulator, store):
+    url = emulator("--profile", "baseline", "--speed", "10")
+    r = cli("bench", "--url", url, "--config", "baseline", "--campaign", "c1", "--workload", "w",
+            "--concurrency", "1,8", "--num-prompts", "32", "--input-len", "16", "--output-len", "64",
+            "--warmup", "1", "--no-progress", store=store)
+    assert r.exit_code == 0, r.output
+    by_c = {d["points"][0]["concurrency"]: d["points"][0]["metrics"] for d in runs(store)}
+    for c, m in by_c.items():
+        # sglang:num_running_reqs, sampled every 0.2 s during the point.
+        assert m["server_running_samples"] >= 1 and 0 <= m["server_running_max"] <= c
+        assert m["server_running_p50"] <= m["server_running_p90"] <= m["server_running_max"]
+    assert by_c[8]["server_running_p50"] >= 4  # a closed loop of 8 keeps the batch near 8

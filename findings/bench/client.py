@@ -68,11 +68,29 @@ async def _closed_loop(transport: StreamTransport, plan: PointPlan, prompts: tup
 
 
 Scrape = Callable[[], Awaitable[dict[str, float] | None]]
+Sample = Callable[[], Awaitable[float | None]]
+#: How often the server's running-requests gauge is read during a point.
+RUNNING_INTERVAL_S = 0.2
+
+
+async def _sampler(sample: Sample, samples: list[float], stop: asyncio.Event) -> None:
+    """Read the gauge now and every RUNNING_INTERVAL_S until ``stop``."""
+    while not stop.is_set():
+        value = await sample()
+        if value is not None:
+            samples.append(value)
+        try:
+            await asyncio.wait_for(stop.wait(), RUNNING_INTERVAL_S)
+        except asyncio.TimeoutError:
+            pass
 
 
 async def run_point(transport: StreamTransport, plan: PointPlan,
                     on_done: Callable[[RequestRecord], None] | None = None,
-                    scrape: Scrape | None = None) -> PointOutcome:
+                    scrape: Scrape | None = None, sample: Sample | None = None) -> PointOutcome:
+    """One point. ``scrape``: the server's counters, read after the warm-up and
+    after the last request; ``sample``: its running-requests gauge, read
+    during the point (only when the first scrape found counters)."""
     if plan.warmup:
         await _closed_loop(transport, plan, plan.warmup, "w", None)
     await transport.prewarm(plan.concurrency)
@@ -81,6 +99,9 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
     samples: list[float] = []
     stop = asyncio.Event()
     monitor = asyncio.create_task(_lag_monitor(samples, stop))
+    running: list[float] = []
+    sampler = (asyncio.create_task(_sampler(sample, running, stop))
+               if sample is not None and before is not None else None)
     cpu0 = time.process_time()
     try:
         records = await _closed_loop(transport, plan, plan.prompts, "", on_done)
@@ -90,6 +111,8 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
     finally:
         stop.set()
         await monitor
+        if sampler is not None:
+            await sampler
     after = await scrape() if scrape is not None else None
     records.sort(key=lambda r: r.index)
     started = min((r.sent for r in records), default=time.perf_counter())
@@ -97,4 +120,5 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
     return PointOutcome(records=tuple(records), started=started, finished=finished,
                         planned=len(plan.prompts), lag_samples_ms=tuple(samples), cpu_s=cpu,
                         metrics_before=before, metrics_after=after,
-                        metrics_window=(window_start, window_end) if before and after else None)
+                        metrics_window=(window_start, window_end) if before and after else None,
+                        running_samples=tuple(running))

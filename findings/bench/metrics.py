@@ -91,6 +91,16 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
     m.update(_counter_deltas(outcome))
     if outcome.cpu_s is not None:
         m["client_cpu_fraction"] = outcome.cpu_s / duration
+    run = outcome.running_samples
+    if run:
+        # The server's running batch during the point (its gauge, sampled every
+        # 0.2 s, ramp-up and ramp-down included): what speculation schedules
+        # switch on, against the client's concurrency C.
+        m["server_running_mean"] = sum(run) / len(run)
+        m["server_running_p50"] = percentile(run, 50)
+        m["server_running_p90"] = percentile(run, 90)
+        m["server_running_max"] = max(run)
+        m["server_running_samples"] = float(len(run))
     if outcome.lag_samples_ms:
         lag = outcome.lag_samples_ms
         m["client_loop_lag_p50_ms"] = percentile(lag, 50)

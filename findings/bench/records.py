@@ -67,3 +67,6 @@ class PointOutcome:
     #: answer arrived and when the second scrape was sent.
     metrics_window: tuple[float, float] | None = None
     interrupted: bool = False
+    #: The server's running-requests gauge, sampled during the point (its
+    #: batch size, which is what the engines' speculation schedules switch on).
+    running_samples: tuple[float, ...] = ()

@@ -120,6 +120,17 @@ def parse_prometheus(text: str | None) -> dict[str, float] | None:
     return out
 
 
+#: Each engine's gauge of the requests in its running batch.
+RUNNING_GAUGES = ("sglang:num_running_reqs", "vllm:num_requests_running", "llamacpp:requests_processing")
+
+
+def running_gauge(metrics: dict[str, float] | None) -> float | None:
+    """The server's running batch size, from whichever engine's gauge it has."""
+    if not metrics:
+        return None
+    return next((metrics[g] for g in RUNNING_GAUGES if g in metrics), None)
+
+
 def git_commit(root: Path | None) -> str | None:
     if root is None:
         return None
@@ -258,6 +269,9 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
 
     async def scrape() -> dict[str, float] | None:
         return parse_prometheus(await asyncio.to_thread(target.control.metrics_text))
+
+    async def sample() -> float | None:
+        return running_gauge(await scrape())
     try:
         for w in workloads:
             for c in sweep.concurrency:
@@ -274,7 +288,7 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
                     label = f"{target.spec.name} {w.name} C={c} rep {repeat}/{sweep.repeats}"
                     started_wall = _now_iso()
                     progress.start(label, n)
-                    outcome = await run_point(transport, plan, progress.tick, scrape)
+                    outcome = await run_point(transport, plan, progress.tick, scrape, sample)
                     progress.end(_point_line(label, outcome))
                     path = _store_point(opts, target, campaign, w, sweep, c, repeat, outcome, started_wall,
                                         environment)

@@ -1,0 +1,488 @@
+"""From a derived policy to the exact engine settings that deploy it. Pure.
+
+For each candidate of each workload, its policy (``analysis.policy``), its
+threshold and its recorded facts give one outcome per engine:
+
+- ``deploy``: a per-batch-size step schedule, where 0 steps means "do not
+  draft". SGLang 0.5.14+: ``--speculative-adaptive`` with a JSON file whose
+  integer keys are the lower bounds of batch-size slots, each with one
+  ``candidate_steps`` value (a hard policy: a slot with one candidate never
+  moves). vLLM 0.30+: ``num_speculative_tokens_per_batch_size`` ranges
+  inside ``--speculative-config``.
+- ``always-on`` / ``off``: static flags: speculation as measured, or none.
+- ``unchanged``: ``no-difference`` or ``inconclusive``: nothing to deploy.
+- ``refused``: the engine would reject the schedule or silently ignore it
+  (SGLang logs "speculative_adaptive disabled" and falls back to static
+  steps): topk > 1, attention DP, multi-layer EAGLE, two-batch overlap,
+  pdmux, an algorithm other than EAGLE/EAGLE3/NEXTN, or SGLang before
+  0.5.14; vLLM with data parallel > 1, a tree, or a method its schedule
+  does not drive.
+- ``needs-input``: a fact the flags need is not recorded and the engine's
+  rules do not make it certain (``--steps k``): never guessed.
+
+The engine facts come from shared/reference/speculation-deploy.md and are
+checked against the engines' own code by ``make test-deploy``
+(tests/deploy/). The thresholds are client concurrencies; the engines
+switch on their running batch, which the runner's gauge samples
+(``server_running_*``): each deployment says which it used.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from findings.analysis import Candidate, Conclusions, WorkloadConclusion
+from findings.model import Dataset, Point, Scalar
+
+ENGINES = ("sglang", "vllm")
+STATUSES = ("deploy", "always-on", "off", "unchanged", "refused", "needs-input")
+#: Step 0 ("do not draft") is accepted in adaptive slots from this SGLang release on.
+SGLANG_MIN = (0, 5, 14)
+#: vLLM's per-batch-size schedule, from this release on.
+VLLM_MIN = (0, 30, 0)
+#: SGLang algorithms whose adaptive speculation exists (NEXTN runs as EAGLE).
+SGLANG_ADAPTIVE = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
+#: SGLang algorithm (or llama.cpp's "draft-model") -> vLLM's method.
+VLLM_METHOD = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "NGRAM": "ngram", "STANDALONE": "draft_model",
+               "DRAFT-MODEL": "draft_model"}
+#: vLLM methods whose proposer honours the schedule (0.33, model runner V1).
+VLLM_SCHEDULED = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
+NO_SPEC = frozenset({"", "none", "null", "off", "false", "no"})
+
+
+@dataclass(frozen=True)
+class EngineOutcome:
+    engine: str
+    status: str
+    reason: str  # one line
+    flags: tuple[str, ...] = ()
+    #: SGLang: the adaptive config file's content; vLLM: the --speculative-config object.
+    config: Mapping[str, Any] | None = None
+    #: SGLang: the file name the flags refer to (written by ``findings deploy --out``).
+    file: str | None = None
+    notes: tuple[str, ...] = ()  # what a reader must know to use the flags
+    details: tuple[str, ...] = ()  # how the engine behaves at the switch (CLI and JSON only)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    workload: str
+    config: str
+    policy: str
+    threshold: int | None
+    engines: tuple[EngineOutcome, ...]
+    #: For both engines: what the threshold measures, the gap before it.
+    notes: tuple[str, ...] = ()
+
+    def engine(self, name: str) -> EngineOutcome | None:
+        return next((e for e in self.engines if e.engine == name), None)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the flags need, normalised from a config's recorded facts."""
+
+    algorithm: str | None  # upper case; None: not recorded
+    topk: int | None
+    steps: int | None
+    steps_derivation: str | None  # how ``steps`` was derived, when it was
+    draft_tokens: int | None
+    draft_model: str | None
+    source_engine: str | None  # "SGLang", "vLLM", "llama.cpp"
+    sglang_version: str | None
+    vllm_version: str | None
+    max_running: int | None
+    overlap: bool | None  # SGLang's overlap scheduler
+    attention_dp: bool
+    multi_layer_eagle: bool
+    two_batch_overlap: bool
+    pdmux: bool
+    data_parallel: int | None
+
+    @property
+    def speculates(self) -> bool | None:
+        if self.algorithm is None:
+            return None
+        return self.algorithm.lower() not in NO_SPEC
+
+
+def _int(v: Scalar) -> int | None:
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and v.strip().isdigit():
+        return int(v.strip())
+    return None
+
+
+def _flag(v: Scalar) -> bool:
+    return v is True or (isinstance(v, str) and v.strip().lower() in ("true", "yes", "1")) or v == 1
+
+
+def version(text: str | None) -> tuple[int, ...] | None:
+    """"0.5.23-emulated" -> (0, 5, 23); None when it does not start with a version."""
+    if not text:
+        return None
+    m = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    return tuple(int(x) for x in m.groups(default="0")) if m else None
+
+
+def facts_of(facts: Mapping[str, Scalar], environment: Mapping[str, Scalar] = {}, steps: int | None = None) -> Facts:
+    """Normalise the facts; ``steps`` (``--steps k``) wins over what is recorded."""
+    algo = facts.get("speculative_algorithm")
+    topk = _int(facts.get("speculative_eagle_topk", facts.get("eagle_topk")))
+    draft = _int(facts.get("speculative_num_draft_tokens", facts.get("draft_tokens")))
+    recorded = _int(facts.get("speculative_num_steps", facts.get("num_steps")))
+    how = None
+    k = steps if steps is not None else recorded
+    if steps is not None:
+        how = f"steps {steps} given with --steps"
+    elif recorded is None and topk == 1 and draft is not None and draft >= 2:
+        # SGLang forces speculative_num_draft_tokens = steps + 1 when topk is 1.
+        k, how = draft - 1, (f"steps {draft - 1} derived from the recorded {draft} draft tokens: with topk 1, "
+                             "SGLang forces draft tokens = steps + 1")
+    if k is None:
+        k = _int(facts.get("num_speculative_tokens"))  # a vLLM config measured as such
+    engine = str(facts.get("engine") or environment.get("engine") or "")
+    source = ("llama.cpp" if "llama" in engine.lower() else "vLLM" if "vllm" in engine.lower()
+              else "SGLang" if "sglang" in engine.lower() or "sglang_version" in facts else None)
+    dp = _int(facts.get("data_parallel_size", facts.get("dp_size")))
+    overlap = facts.get("disable_overlap_schedule")
+    return Facts(
+        algorithm=str(algo).strip().upper() if algo is not None else None,
+        topk=topk, steps=k, steps_derivation=how, draft_tokens=draft,
+        draft_model=str(facts["speculative_draft_model_path"]) if facts.get("speculative_draft_model_path") else None,
+        source_engine=source,
+        sglang_version=str(facts.get("sglang_version") or environment.get("sglang_version") or "") or None,
+        vllm_version=str(facts.get("vllm_version") or environment.get("vllm_version") or "") or None,
+        max_running=_int(facts.get("max_running_requests")),
+        overlap=(not _flag(overlap)) if overlap is not None else (
+            str(facts["overlap_schedule"]).lower() in ("yes", "true", "1") if "overlap_schedule" in facts else None),
+        attention_dp=_flag(facts.get("enable_dp_attention")),
+        multi_layer_eagle=_flag(facts.get("enable_multi_layer_eagle")),
+        two_batch_overlap=_flag(facts.get("enable_two_batch_overlap")),
+        pdmux=_flag(facts.get("enable_pdmux")),
+        data_parallel=dp,
+    )
+
+
+# ------------------------------------------------------------------ schedules
+
+def speculating(policy: str, threshold: int | None) -> tuple[int, int] | None:
+    """(first speculating batch, first non-speculating batch or 0) of a threshold policy."""
+    if policy == "on-above" and threshold is not None:
+        return threshold, 0
+    if policy == "on-below" and threshold is not None:
+        return 1, threshold + 1
+    return None
+
+
+def adaptive_config(policy: str, threshold: int, k: int) -> dict[str, Any]:
+    """SGLang's adaptive file: one candidate per slot (a hard policy)."""
+    if policy == "on-above":
+        return {"1": {"candidate_steps": [0]}, str(threshold): {"candidate_steps": [k]}}
+    return {"1": {"candidate_steps": [k]}, str(threshold + 1): {"candidate_steps": [0]}}
+
+
+def vllm_schedule(policy: str, threshold: int, k: int) -> list[list[int]]:
+    """vLLM's inclusive ranges; past the last one, its K holds up to max_num_seqs."""
+    if policy == "on-above":
+        return [[1, threshold - 1, 0], [threshold, threshold, k]] if threshold > 1 else [[1, 1, k]]
+    return [[1, threshold, k], [threshold + 1, threshold + 1, 0]]
+
+
+def steps_for(policy: str, threshold: int, k: int, batch: int) -> int:
+    """What the schedule means: the steps at a running batch size (for checks)."""
+    on = batch >= threshold if policy == "on-above" else batch <= threshold
+    return k if on else 0
+
+
+def _quote(text: str) -> str:
+    return shlex.quote(text)
+
+
+def file_name(workload: str, config: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{config}.{workload}")
+    return f"{safe}.sglang-adaptive.json"
+
+
+# ------------------------------------------------------------------ per engine
+
+def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: str) -> EngineOutcome:
+    """``path``: the adaptive file's name, as the flags refer to it."""
+    e = "sglang"
+    if policy == "off":
+        return EngineOutcome(e, "off", "speculation never won at any measured C: launch SGLang without "
+                             "--speculative-algorithm (no speculative flags)")
+    if policy in ("no-difference", "inconclusive"):
+        return EngineOutcome(e, "unchanged", _unchanged(policy))
+    if policy != "always-on":
+        why = _sglang_refusal(f)
+        if why:
+            return EngineOutcome(e, "refused", why)
+    if f.steps is None:
+        return EngineOutcome(e, "needs-input", "the step count is not recorded and the engine's rules do not "
+                             "make it certain: pass --steps k")
+    if f.steps <= 0:
+        return EngineOutcome(e, "refused", f"the recorded step count is {f.steps}: nothing to speculate with")
+    running = max(largest, f.max_running or 0)
+    notes = []
+    if f.steps_derivation:
+        notes.append(f.steps_derivation)
+    if f.source_engine and f.source_engine != "SGLang":
+        notes.append(f"measured on {f.source_engine}, not SGLang: the crossover may lie elsewhere there; "
+                     "measure it on SGLang")
+    head = [f"--speculative-algorithm {f.algorithm or 'EAGLE3'}"]
+    if f.draft_model:
+        head.append(f"--speculative-draft-model-path {_quote(f.draft_model)}")
+    else:
+        notes.append("the draft model's path is not recorded: add --speculative-draft-model-path")
+    tail = [f"--max-running-requests {running}"] + (["--disable-overlap-schedule"] if f.overlap is False else [])
+    why_running = f"--max-running-requests {running} (EAGLE otherwise resets it to 48)"
+    if policy == "always-on":
+        flags = head + [f"--speculative-num-steps {f.steps}", f"--speculative-eagle-topk {f.topk or 1}"]
+        if f.draft_tokens is not None:
+            flags.append(f"--speculative-num-draft-tokens {f.draft_tokens}")
+        return EngineOutcome(e, "always-on", f"speculation won or tied at every measured C: launch it as "
+                             f"measured; {why_running}", tuple(flags + tail), notes=tuple(notes))
+    assert threshold is not None
+    cfg = adaptive_config(policy, threshold, f.steps)
+    flags = head + ["--speculative-adaptive", f"--speculative-adaptive-config {_quote(path)}",
+                    f"--speculative-num-steps {f.steps}", "--speculative-eagle-topk 1"] + tail
+    if policy == "on-above":
+        rule, below = f"no drafting below a running batch of {threshold}, {f.steps} steps from {threshold} on", threshold - 1
+    else:
+        rule, below = f"{f.steps} steps up to a running batch of {threshold}, no drafting from {threshold + 1} on", threshold
+    notes.append(f"CUDA graphs: SGLang rounds the batch up to the next captured size before it picks a slot; with "
+                 f"an explicit --cuda-graph-bs-decode list, include {below} in it (or leave the flag out), or the "
+                 "switch moves down to the captured size below")
+    if version(f.sglang_version) is None:
+        notes.append("the SGLang version is not recorded: step 0 in a slot needs SGLang 0.5.14 or newer")
+    details = ("step 0 still runs a one-token verify and the draft's extend pass (to keep the draft's KV cache "
+               "warm); SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 skips the extend (experimental)",)
+    return EngineOutcome(e, "deploy", f"{rule}; --speculative-num-steps {f.steps} is among the slots' steps; "
+                         f"{why_running}", tuple(flags), cfg, path, tuple(notes), details)
+
+
+def _sglang_refusal(f: Facts) -> str | None:
+    """Why SGLang would not run this schedule (it logs and falls back to static steps)."""
+    if f.speculates is False:
+        return "the config does not speculate"
+    if f.algorithm is not None and f.algorithm not in SGLANG_ADAPTIVE:
+        return (f"adaptive speculation supports EAGLE and EAGLE3 only (speculative_algorithm={f.algorithm}); "
+                "SGLang would log it and keep static steps")
+    if f.topk is not None and f.topk != 1:
+        return (f"adaptive speculation needs topk 1, and this config drafts a tree with topk {f.topk}: SGLang "
+                "would log \"speculative_adaptive disabled\" and keep static steps")
+    if f.attention_dp:
+        return "attention DP is not supported by adaptive speculation (tiers are not synchronised across ranks)"
+    if f.multi_layer_eagle:
+        return "multi-layer EAGLE (--enable-multi-layer-eagle) does not implement adaptive speculation"
+    if f.two_batch_overlap:
+        return "two-batch overlap is not supported by adaptive speculation"
+    if f.pdmux:
+        return "pdmux is not supported by adaptive speculation"
+    ver = version(f.sglang_version)
+    if ver is not None and ver < SGLANG_MIN:
+        return (f"SGLang {f.sglang_version} accepts no step 0 in an adaptive slot (0.5.14+ does): the schedule "
+                "cannot say \"do not draft\"")
+    return None
+
+
+def _vllm(policy: str, threshold: int | None, f: Facts, largest: int, draft_model: str | None) -> EngineOutcome:
+    e = "vllm"
+    if policy == "off":
+        return EngineOutcome(e, "off", "speculation never won at any measured C: launch vLLM without "
+                             "--speculative-config")
+    if policy in ("no-difference", "inconclusive"):
+        return EngineOutcome(e, "unchanged", _unchanged(policy))
+    why = _vllm_refusal(f, scheduled=policy not in ("always-on",))
+    if why:
+        return EngineOutcome(e, "refused", why)
+    if f.steps is None:
+        return EngineOutcome(e, "needs-input", "the number of speculative tokens is not recorded and the engine's "
+                             "rules do not make it certain: pass --steps k")
+    method = VLLM_METHOD.get(f.algorithm or "EAGLE3", (f.algorithm or "").lower())
+    spec: dict[str, Any] = {"method": method}
+    notes = []
+    if f.steps_derivation:
+        notes.append(f.steps_derivation + "; vLLM's num_speculative_tokens is the chain's steps")
+    if f.source_engine != "vLLM":
+        notes.append(f"measured on {f.source_engine or 'an unrecorded engine'}, not vLLM: the crossover may lie "
+                     "elsewhere there; measure it on vLLM")
+    model = draft_model or f.draft_model
+    if method not in ("ngram",):
+        if model:
+            spec["model"] = model
+        else:
+            notes.append('the draft model\'s path is not recorded: add "model" to the JSON (or pass --draft-model)')
+    spec["num_speculative_tokens"] = f.steps
+    running = max(largest, f.max_running or 0)
+    if policy == "always-on":
+        flags = (f"--speculative-config {_quote(json.dumps(spec, separators=(',', ':')))}",
+                 f"--max-num-seqs {running}")
+        return EngineOutcome(e, "always-on", "speculation won or tied at every measured C: launch with the "
+                             "measured speculation", flags, spec, notes=tuple(notes))
+    assert threshold is not None
+    spec["num_speculative_tokens_per_batch_size"] = vllm_schedule(policy, threshold, f.steps)
+    flags = (f"--speculative-config {_quote(json.dumps(spec, separators=(',', ':')))}", f"--max-num-seqs {running}")
+    rule = (f"K=0 below {threshold} running requests, K={f.steps} from {threshold} on" if policy == "on-above"
+            else f"K={f.steps} up to {threshold} running requests, K=0 from {threshold + 1} on")
+    ver = version(f.vllm_version)
+    if f.source_engine == "vLLM" and ver is None:
+        notes.append("the vLLM version is not recorded: the schedule needs vLLM 0.30 or newer")
+    return EngineOutcome(e, "deploy", f"{rule} (the last range's K holds up to --max-num-seqs {running}); "
+                         "scheduled requests per step, prefill chunks included", flags, spec, notes=tuple(notes),
+                         details=("with K=0 the drafter still runs its first forward to stay in sync, then "
+                                  "proposes nothing",))
+
+
+def _vllm_refusal(f: Facts, scheduled: bool) -> str | None:
+    if f.speculates is False:
+        return "the config does not speculate"
+    if f.topk is not None and f.topk != 1:
+        return (f"the measured config drafts a tree (topk {f.topk}); vLLM's num_speculative_tokens drafts a chain, "
+                "so vLLM has no equivalent of what was measured")
+    method = VLLM_METHOD.get(f.algorithm or "EAGLE3")
+    if method is None:
+        return f"no vLLM method for speculative_algorithm={f.algorithm}"
+    if scheduled and method not in VLLM_SCHEDULED:
+        return f"vLLM's per-batch-size schedule does not drive method {method}"
+    if scheduled and f.data_parallel is not None and f.data_parallel > 1:
+        return (f"data parallel {f.data_parallel} > 1: vLLM drops num_speculative_tokens_per_batch_size with a "
+                "warning")
+    ver = version(f.vllm_version)
+    if scheduled and ver is not None and ver < VLLM_MIN:
+        return f"vLLM {f.vllm_version} has no per-batch-size schedule (0.30+)"
+    return None
+
+
+def _unchanged(policy: str) -> str:
+    if policy == "no-difference":
+        return "no measurable difference at any measured C: nothing to gain by changing the deployment"
+    return ("wins and losses do not split at one threshold (or nothing was compared): no policy is safe to "
+            "deploy; measure more")
+
+
+# ------------------------------------------------------------------ the batch-size measure
+
+def _batch_note(cand: Candidate, points: Mapping[str, Point]) -> str | None:
+    t = cand.threshold
+    if t is None:
+        return None
+    comp = next((c for c in cand.comparisons if c.concurrency == t), None)
+    if comp is None:
+        return None
+    pts = [points[i] for i in comp.a.point_ids if i in points]
+    means = [p.metrics["server_running_mean"] for p in pts if "server_running_mean" in p.metrics]
+    head = (f"The threshold is a client concurrency: C={t} requests kept in flight by the benchmark client. "
+            "The engines switch on the server's running batch")
+    if not means:
+        return head + f"; the server's running-requests gauge was not recorded at C={t}, so the batch size there is not known."
+    p50 = [p.metrics["server_running_p50"] for p in pts if "server_running_p50" in p.metrics]
+    p90 = [p.metrics["server_running_p90"] for p in pts if "server_running_p90" in p.metrics]
+    return (head + f": at C={t} ({comp.a.config}, campaign {comp.a.campaign}) the server's running batch averaged "
+            f"{sum(means) / len(means):.1f}" + (f" (p50 {max(p50):g}, p90 {max(p90):g})" if p50 and p90 else "")
+            + ", ramp-up and ramp-down included.")
+
+
+def _gap_note(cand: Candidate) -> str | None:
+    if cand.policy != "on-above" or cand.threshold is None:
+        return None
+    losses = [c.concurrency for c in cand.comparisons if c.verdict == "loss"]
+    if not losses:
+        return None
+    last = max(losses)
+    if cand.threshold - last <= 1:
+        return None
+    return (f"Nothing was measured between the last loss (C={last}) and the first win (C={cand.threshold}): the "
+            "threshold is the first measured win, so the switch may come later than needed; a campaign at the "
+            "Cs in between would narrow it.")
+
+
+# ------------------------------------------------------------------ all of it
+
+def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None, config: str | None = None,
+         engines: Iterable[str] = ENGINES, steps: int | None = None,
+         draft_model: str | None = None, adaptive_dir: str = "") -> list[Deployment]:
+    """One deployment per (workload, candidate), in workload then config order.
+    ``adaptive_dir``: where the SGLang files will be, as the flags name them."""
+    env: dict[str, Scalar] = {}
+    for run in data.runs:
+        env.update(run.environment)
+    points = {p.id: p for p in data.points}
+    out = []
+    chosen = tuple(engines)
+    for wc in conclusions.workloads:
+        if workload is not None and wc.workload != workload:
+            continue
+        largest = max(wc.concurrencies) if wc.concurrencies else 1
+        for cand in wc.candidates:
+            if config is not None and cand.config != config:
+                continue
+            f = facts_of(data.configs.get(cand.config, {}), env, steps)
+            outcomes = []
+            for engine in chosen:
+                if engine == "sglang":
+                    name = file_name(wc.workload, cand.config)
+                    outcomes.append(_sglang(cand.policy, cand.threshold, f, largest,
+                                            f"{adaptive_dir.rstrip('/')}/{name}" if adaptive_dir else name))
+                else:
+                    outcomes.append(_vllm(cand.policy, cand.threshold, f, largest, draft_model))
+            notes = tuple(n for n in (_batch_note(cand, points), _gap_note(cand)) if n)
+            out.append(Deployment(workload=wc.workload, config=cand.config, policy=cand.policy,
+                                  threshold=cand.threshold, engines=tuple(outcomes), notes=notes))
+    return out
+
+
+def to_json(deployments: list[Deployment]) -> dict[str, Any]:
+    """The stable shape of ``findings deploy --json`` (docs/deploy.md)."""
+    workloads: dict[str, Any] = {}
+    for d in deployments:
+        entry: dict[str, Any] = {"policy": d.policy, "threshold": d.threshold, "notes": list(d.notes)}
+        for e in d.engines:
+            key = "adaptive_config" if e.engine == "sglang" else "speculative_config"
+            entry[e.engine] = {"status": e.status, "reason": e.reason, "flags": list(e.flags),
+                               key: dict(e.config) if e.config is not None else None,
+                               "notes": list(e.notes) + list(e.details)}
+            if e.engine == "sglang":
+                entry[e.engine]["adaptive_config_file"] = e.file
+        workloads.setdefault(d.workload, {})[d.config] = entry
+    return {"workloads": workloads}
+
+
+def for_workload(deployments: list[Deployment], wc: WorkloadConclusion) -> dict[str, Deployment]:
+    return {d.config: d for d in deployments if d.workload == wc.workload}
+
+
+
+
+def text(deployments: list[Deployment], written: bool = False) -> str:
+    """Plain text for a terminal: each candidate, then each engine's outcome,
+    flags (one per line, ready to paste), JSON and notes."""
+    if not deployments:
+        return "no candidates to deploy (no workload compares a candidate with the baseline)"
+    lines: list[str] = []
+    for d in deployments:
+        if lines:
+            lines.append("")
+        lines.append(f"{d.workload} / {d.config}: {d.policy}" + (f", threshold C={d.threshold}" if d.threshold else ""))
+        for n in d.notes:
+            lines.append(f"  note: {n}")
+        for e in d.engines:
+            lines.append(f"  {e.engine}: {e.status}: {e.reason}")
+            if e.flags:
+                lines.append("    " + " \\\n    ".join(e.flags))
+            if e.config is not None and e.engine == "sglang":
+                where = f" (written to {e.file})" if written else f" (save as {e.file})"
+                lines.append(f"    adaptive config{where}: {json.dumps(e.config, separators=(', ', ': '))}")
+            for n in e.notes + e.details:
+                lines.append(f"    note: {n}")
+    return "\n".join(lines)

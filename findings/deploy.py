@@ -35,7 +35,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from findings.analysis import Candidate, Conclusions, WorkloadConclusion
+from findings.analysis import Candidate, Conclusions
 from findings.model import Dataset, Point, Scalar
 
 ENGINES = ("sglang", "vllm")
@@ -175,15 +175,6 @@ def facts_of(facts: Mapping[str, Scalar], environment: Mapping[str, Scalar] = {}
 
 # ------------------------------------------------------------------ schedules
 
-def speculating(policy: str, threshold: int | None) -> tuple[int, int] | None:
-    """(first speculating batch, first non-speculating batch or 0) of a threshold policy."""
-    if policy == "on-above" and threshold is not None:
-        return threshold, 0
-    if policy == "on-below" and threshold is not None:
-        return 1, threshold + 1
-    return None
-
-
 def adaptive_config(policy: str, threshold: int, k: int) -> dict[str, Any]:
     """SGLang's adaptive file: one candidate per slot (a hard policy)."""
     if policy == "on-above":
@@ -215,14 +206,26 @@ def file_name(workload: str, config: str) -> str:
 
 # ------------------------------------------------------------------ per engine
 
+#: How to launch each engine without speculation.
+WITHOUT = {"sglang": "launch SGLang without --speculative-algorithm (no speculative flags)",
+           "vllm": "launch vLLM without --speculative-config"}
+
+
+def _nothing(engine: str, policy: str) -> EngineOutcome | None:
+    """The outcome of a policy that deploys no schedule and no speculation."""
+    if policy == "off":
+        return EngineOutcome(engine, "off", f"speculation never won at any measured C: {WITHOUT[engine]}")
+    if policy in ("no-difference", "inconclusive"):
+        return EngineOutcome(engine, "unchanged", _unchanged(policy))
+    return None
+
+
 def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: str) -> EngineOutcome:
     """``path``: the adaptive file's name, as the flags refer to it."""
     e = "sglang"
-    if policy == "off":
-        return EngineOutcome(e, "off", "speculation never won at any measured C: launch SGLang without "
-                             "--speculative-algorithm (no speculative flags)")
-    if policy in ("no-difference", "inconclusive"):
-        return EngineOutcome(e, "unchanged", _unchanged(policy))
+    nothing = _nothing(e, policy)
+    if nothing is not None:
+        return nothing
     if policy != "always-on":
         why = _sglang_refusal(f)
         if why:
@@ -298,11 +301,9 @@ def _sglang_refusal(f: Facts) -> str | None:
 
 def _vllm(policy: str, threshold: int | None, f: Facts, largest: int, draft_model: str | None) -> EngineOutcome:
     e = "vllm"
-    if policy == "off":
-        return EngineOutcome(e, "off", "speculation never won at any measured C: launch vLLM without "
-                             "--speculative-config")
-    if policy in ("no-difference", "inconclusive"):
-        return EngineOutcome(e, "unchanged", _unchanged(policy))
+    nothing = _nothing(e, policy)
+    if nothing is not None:
+        return nothing
     why = _vllm_refusal(f, scheduled=policy not in ("always-on",))
     if why:
         return EngineOutcome(e, "refused", why)
@@ -456,10 +457,6 @@ def to_json(deployments: list[Deployment]) -> dict[str, Any]:
                 entry[e.engine]["adaptive_config_file"] = e.file
         workloads.setdefault(d.workload, {})[d.config] = entry
     return {"workloads": workloads}
-
-
-def for_workload(deployments: list[Deployment], wc: WorkloadConclusion) -> dict[str, Deployment]:
-    return {d.config: d for d in deployments if d.workload == wc.workload}
 
 
 

@@ -200,7 +200,7 @@ def _quote(text: str) -> str:
 
 
 def file_name(workload: str, config: str) -> str:
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{config}.{workload}")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{config}.{workload}").strip("_")
     return f"{safe}.sglang-adaptive.json"
 
 
@@ -437,7 +437,9 @@ def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None
                                             f"{adaptive_dir.rstrip('/')}/{name}" if adaptive_dir else name))
                 else:
                     outcomes.append(_vllm(cand.policy, cand.threshold, f, largest, draft_model))
-            notes = tuple(n for n in (_batch_note(cand, points), _gap_note(cand)) if n)
+            simulated = ("SIMULATED: derived from the findings emulator's model, not from a measured server; "
+                         "these settings show the mechanics, not a deployment to make." if wc.simulated else None)
+            notes = tuple(n for n in (simulated, _batch_note(cand, points), _gap_note(cand)) if n)
             out.append(Deployment(workload=wc.workload, config=cand.config, policy=cand.policy,
                                   threshold=cand.threshold, engines=tuple(outcomes), notes=notes))
     return out

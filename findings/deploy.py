@@ -96,6 +96,9 @@ class Facts:
     sglang_version: str | None
     vllm_version: str | None
     max_running: int | None
+    #: A config measured on vLLM: its --speculative-config as launched (the
+    #: deployed one keeps its other keys, prompt_lookup_* for ngram say).
+    vllm_spec: Mapping[str, Any] | None
     overlap: bool | None  # SGLang's overlap scheduler
     attention_dp: bool
     multi_layer_eagle: bool
@@ -155,6 +158,12 @@ def facts_of(facts: Mapping[str, Scalar], environment: Mapping[str, Scalar] = {}
               else "SGLang" if "sglang" in engine.lower() or "sglang_version" in facts else None)
     dp = _int(facts.get("data_parallel_size", facts.get("dp_size")))
     overlap = facts.get("disable_overlap_schedule")
+    vspec: Any = None
+    if isinstance(facts.get("speculative_config"), str):
+        try:
+            vspec = json.loads(str(facts["speculative_config"]))
+        except ValueError:
+            vspec = None
     return Facts(
         algorithm=str(algo).strip().upper() if algo is not None else None,
         topk=topk, steps=k, steps_derivation=how, draft_tokens=draft,
@@ -163,6 +172,8 @@ def facts_of(facts: Mapping[str, Scalar], environment: Mapping[str, Scalar] = {}
         sglang_version=str(facts.get("sglang_version") or environment.get("sglang_version") or "") or None,
         vllm_version=str(facts.get("vllm_version") or environment.get("vllm_version") or "") or None,
         max_running=_int(facts.get("max_running_requests")),
+        vllm_spec={k: v for k, v in vspec.items() if k != "num_speculative_tokens_per_batch_size"}
+        if isinstance(vspec, dict) else None,
         overlap=(not _flag(overlap)) if overlap is not None else (
             str(facts["overlap_schedule"]).lower() in ("yes", "true", "1") if "overlap_schedule" in facts else None),
         attention_dp=_flag(facts.get("enable_dp_attention")),
@@ -311,7 +322,9 @@ def _vllm(policy: str, threshold: int | None, f: Facts, largest: int, draft_mode
         return EngineOutcome(e, "needs-input", "the number of speculative tokens is not recorded and the engine's "
                              "rules do not make it certain: pass --steps k")
     method = VLLM_METHOD.get(f.algorithm or "EAGLE3", (f.algorithm or "").lower())
-    spec: dict[str, Any] = {"method": method}
+    # A config measured on vLLM keeps its own --speculative-config (method,
+    # prompt_lookup_*, draft model ...); others get the method of their algorithm.
+    spec: dict[str, Any] = dict(f.vllm_spec) if f.vllm_spec else {"method": method}
     notes = []
     if f.steps_derivation:
         notes.append(f.steps_derivation + "; vLLM's num_speculative_tokens is the chain's steps")
@@ -319,7 +332,7 @@ def _vllm(policy: str, threshold: int | None, f: Facts, largest: int, draft_mode
         notes.append(f"measured on {f.source_engine or 'an unrecorded engine'}, not vLLM: the crossover may lie "
                      "elsewhere there; measure it on vLLM")
     model = draft_model or f.draft_model
-    if method not in ("ngram",):
+    if method not in ("ngram",) and "model" not in spec:
         if model:
             spec["model"] = model
         else:

@@ -47,7 +47,8 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
                     name = file_name(c["name"], w["name"])
                     w["chart"]["svg"] = f"{folder}/{name}"
                     plots[name] = w["chart"]
-    return render.render(settings.templates, settings.template, doc, pivot.template_functions(data)), plots
+    functions = {**pivot.template_functions(data), **report.template_functions(data, settings.rules)}
+    return render.render(settings.templates, settings.template, doc, functions), plots
 
 
 def render_text(settings: Settings) -> str:

@@ -62,6 +62,16 @@ def text(value: object) -> str:
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9 ._:/+=,@%~()-]+$")
 
 
+def literal(value: object) -> str:
+    """Any one-line text as an inline code span, verbatim (JSON, a flag):
+    the fence is one backtick longer than the longest run of backticks in it."""
+    s = " ".join(str(value).split())
+    runs = [len(r) for r in re.findall(r"`+", s)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}" if s else ""
+
+
 def code(value: object) -> str:
     """A name as an inline code span; names with markup characters become escaped text."""
     s = " ".join(str(value).split())

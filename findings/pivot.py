@@ -24,8 +24,9 @@ def measurements(data: Dataset) -> list[dict[str, Any]]:
              "metrics": dict(p.metrics), "simulated": p.simulated, "note": p.note} for _, p in pts]
 
 
-def latest_campaign(rows: Sequence[Mapping[str, Any]], workload: str) -> str | None:
-    names = [r["campaign"] for r in rows if r["workload"] == workload]
+def latest_campaign(rows: Sequence[Mapping[str, Any]], workload: str, config: str | None = None) -> str | None:
+    """The latest campaign that measured ``workload`` (with ``config``, if given)."""
+    names = [r["campaign"] for r in rows if r["workload"] == workload and (config is None or r["config"] == config)]
     return names[-1] if names else None
 
 
@@ -120,6 +121,46 @@ def ratios(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, over: 
             and float(r["metrics"].get(over) or 0) != 0]
 
 
+def _means(rows: Sequence[Mapping[str, Any]], w: str, m: str) -> dict[tuple[str, int], float]:
+    camp = latest_campaign(rows, w)
+    got: dict[tuple[str, int], list[float]] = {}
+    for r in rows:
+        if r["workload"] == w and r["campaign"] == camp and m in r["metrics"]:
+            got.setdefault((r["config"], r["concurrency"]), []).append(float(r["metrics"][m]))
+    return {k: sum(v) / len(v) for k, v in got.items()}
+
+
+def _side_by_side(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, other: str,
+                  other_metric: str | None) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float]]:
+    return _means(rows, workload, metric), _means(rows, other, other_metric or metric)
+
+
+def across_ratios(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, other: str,
+                  other_metric: str | None = None) -> list[float]:
+    """The cells of ``across`` as numbers, for goal lines."""
+    a, b = _side_by_side(rows, workload, metric, other, other_metric)
+    return [a[k] / b[k] for k in sorted(a) if k in b and b[k]]
+
+
+def across(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, other: str, other_metric: str | None = None,
+           *, digits: int = 3, corner: str = "", order: Sequence[str] = ()) -> Table:
+    """Two workloads measured side by side (two clients on the same server,
+    say): per config and concurrency, the mean of ``metric`` in ``workload``
+    over the mean of ``other_metric`` (default: the same) in ``other``, each
+    from its own latest campaign."""
+    a, b = _side_by_side(rows, workload, metric, other, other_metric)
+    keys = [k for k in a if k in b and b[k]]
+    cols = sorted({c for _, c in keys})
+    seen = list(dict.fromkeys(cfg for cfg, _ in keys))
+    configs = [o for o in order if o in seen] + sorted(x for x in seen if x not in order)
+    out = []
+    for cfg in configs:
+        out.append(tuple([cfg] + [f"{a[(cfg, c)] / b[(cfg, c)]:.{digits}f}" if (cfg, c) in keys else "—"
+                                  for c in cols]))
+    return Table(headers=tuple([corner or "config"] + [f"C={c}" for c in cols]), rows=tuple(out),
+                 align=("left",) + ("right",) * len(cols))
+
+
 def template_functions(data: Dataset) -> dict[str, Any]:
     """``pivot``, ``lookup``, ``ratios`` and ``latest_campaign`` for templates, over this
     Dataset's points (flattened once, on first use)."""
@@ -137,10 +178,17 @@ def template_functions(data: Dataset) -> dict[str, Any]:
                 campaign: str | None = None, where: Mapping[str, float] | None = None) -> float | None:
         return lookup(rows(), workload, config, metric, concurrency, campaign, where)
 
-    def _latest(workload: str) -> str | None:
-        return latest_campaign(rows(), workload)
+    def _latest(workload: str, config: str | None = None) -> str | None:
+        return latest_campaign(rows(), workload, config)
 
     def _ratios(workload: str, metric: str, over: str, campaign: str | None = None) -> list[float]:
         return ratios(rows(), workload, metric, over, campaign)
 
-    return {"pivot": _pivot, "lookup": _lookup, "ratios": _ratios, "latest_campaign": _latest}
+    def _across(workload: str, metric: str, other: str, other_metric: str | None = None, **kw: Any) -> Table:
+        return across(rows(), workload, metric, other, other_metric, **kw)
+
+    def _across_ratios(workload: str, metric: str, other: str, other_metric: str | None = None) -> list[float]:
+        return across_ratios(rows(), workload, metric, other, other_metric)
+
+    return {"pivot": _pivot, "lookup": _lookup, "ratios": _ratios, "latest_campaign": _latest, "across": _across,
+            "across_ratios": _across_ratios}

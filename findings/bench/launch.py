@@ -37,8 +37,12 @@ def tail(path: Path, lines: int = 15) -> str:
     return "\n".join("    " + redact(line) for line in text.splitlines()[-lines:]) or "    (log is empty)"
 
 
-def expand(command: str, port: int, host: str) -> list[str]:
-    """The launch line with {port}/{host}/{python} filled in, split like a shell."""
+def expand(command: str, port: int, host: str, store: str | None = None) -> list[str]:
+    """The launch line with {port}/{host}/{python}/{store} filled in, split like a shell.
+    ``{store}``: the results store the run writes to (a launch line that derives
+    its flags from the points already measured, tools/vllm_serve.py adaptive)."""
+    if store is not None:
+        command = command.replace("{store}", shlex.quote(store))
     args = shlex.split(command.replace("{port}", str(port)).replace("{host}", host))
     return [sys.executable if a == "{python}" else a for a in args]
 
@@ -53,6 +57,17 @@ class Server:
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def running_command(self) -> list[str] | None:
+        """The launched process's command line now, from /proc (Linux): a
+        wrapper that execs the engine (tools/vllm_serve.py) shows the engine's
+        own flags there. None where /proc cannot tell."""
+        try:
+            raw = Path(f"/proc/{self.proc.pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        args = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
+        return args or None
 
     def stop(self, grace_s: float = 15.0) -> int | None:
         """SIGTERM to the process group, then SIGKILL after ``grace_s``."""
@@ -72,9 +87,10 @@ class Server:
         return self.proc.returncode
 
 
-def start(name: str, command: str, env: Mapping[str, str], log_dir: Path, host: str = "127.0.0.1") -> Server:
+def start(name: str, command: str, env: Mapping[str, str], log_dir: Path, host: str = "127.0.0.1",
+          store: str | None = None) -> Server:
     port = free_port(host)
-    args = expand(command, port, host)
+    args = expand(command, port, host, store)
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
     fh = open(log, "wb")

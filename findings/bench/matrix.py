@@ -19,6 +19,8 @@ prompts_per_concurrency = 2   # ... and at least this many per unit of C
 ignore_eos = true             # fixed output lengths (the default); false: stop at the end of sequence
 seed = 1
 
+# Launch lines also get {port} (a free one), {host}, {python} (this findings'
+# interpreter) and {store} (the results store this run writes to).
 [vars]                        # {name} in launch lines is replaced by these
 model = "/models/target"
 

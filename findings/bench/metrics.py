@@ -171,7 +171,9 @@ def _counter_deltas(outcome: PointOutcome) -> dict[str, float]:
         return {}
     m: dict[str, float] = {}
     llama = "llamacpp:tokens_predicted_total" in after
-    gen = _delta(before, after, "llamacpp:tokens_predicted_total" if llama else "sglang:generation_tokens_total")
+    vllm = "vllm:generation_tokens_total" in after
+    gen = _delta(before, after, "llamacpp:tokens_predicted_total" if llama else
+                 "vllm:generation_tokens_total" if vllm else "sglang:generation_tokens_total")
     if gen is not None and gen > 0:
         m["server_generation_tokens"] = gen
         if outcome.metrics_window is not None:
@@ -179,7 +181,12 @@ def _counter_deltas(outcome: PointOutcome) -> dict[str, float]:
             if t1 > t0:
                 m["server_metrics_window_s"] = t1 - t0
                 m["server_output_throughput_tok_s"] = gen / (t1 - t0)
-    if llama:
+    if vllm:
+        m.update(_vllm_spec(before, after))
+        prompt = _delta(before, after, "vllm:prompt_tokens_total")
+        if prompt is not None and prompt > 0:
+            m["server_prompt_tokens"] = prompt
+    elif llama:
         dn = _delta(before, after, "llamacpp:spec_decode_num_draft_tokens_total")
         da = _delta(before, after, "llamacpp:spec_decode_num_accepted_tokens_total")
         steps = _delta(before, after, "llamacpp:spec_decode_num_drafts_total")
@@ -201,6 +208,36 @@ def _counter_deltas(outcome: PointOutcome) -> dict[str, float]:
         prompt = _delta(before, after, "sglang:prompt_tokens_total")
         if prompt is not None and prompt > 0:
             m["server_prompt_tokens"] = prompt
+    return m
+
+
+def _vllm_spec(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """vLLM's speculative counters over the point: drafts (verify steps that
+    drafted), drafted and accepted tokens, and accepted tokens per draft
+    position (``vllm:spec_decode_num_accepted_tokens_per_pos_total{position=i}``,
+    kept per label by parse_prometheus as ``...{position=i}``)."""
+    m: dict[str, float] = {}
+    drafts = _delta(before, after, "vllm:spec_decode_num_drafts_total")
+    drafted = _delta(before, after, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = _delta(before, after, "vllm:spec_decode_num_accepted_tokens_total")
+    if drafted is None or accepted is None or drafts is None:
+        return m
+    # Kept even when 0: a schedule that stopped drafting shows here.
+    m["spec_drafts_metrics"] = drafts
+    m["draft_tokens_metrics"] = drafted
+    m["draft_accepted_tokens_metrics"] = accepted
+    if drafted > 0:
+        m["draft_acceptance_metrics"] = accepted / drafted
+    if drafts > 0:
+        # vLLM's acceptance length: 1 + accepted / drafts (the target's own
+        # token plus the accepted drafts per verify step), as SGLang counts it.
+        m["accept_length_metrics"] = 1 + accepted / drafts
+        for key in sorted(after):
+            if key.startswith("vllm:spec_decode_num_accepted_tokens_per_pos_total{position="):
+                pos = key.split("position=", 1)[1].rstrip("}").strip('"')
+                d = _delta(before, after, key)
+                if d is not None and pos.isdigit():
+                    m[f"spec_acceptance_pos{pos}_metrics"] = d / drafts
     return m
 
 

@@ -103,8 +103,14 @@ class Progress:
         sys.stderr.flush()
 
 
+#: Labels kept apart (``name{label=value}``) rather than summed.
+KEPT_LABELS = ("position",)
+
+
 def parse_prometheus(text: str | None) -> dict[str, float] | None:
-    """Sum each metric's samples over labels (counters and gauges alike)."""
+    """Sum each metric's samples over labels (counters and gauges alike);
+    a sample with a label of KEPT_LABELS (vLLM's per-position acceptance) is
+    also kept under ``name{label=value}``."""
     if text is None:
         return None
     out: dict[str, float] = {}
@@ -112,11 +118,19 @@ def parse_prometheus(text: str | None) -> dict[str, float] | None:
         if not line or line.startswith("#"):
             continue
         name_part, _, value = line.rpartition(" ")
-        name = name_part.split("{", 1)[0].strip()
+        name, _, labels = name_part.partition("{")
+        name = name.strip()
         try:
-            out[name] = out.get(name, 0.0) + float(value)
+            v = float(value)
         except ValueError:
             continue
+        out[name] = out.get(name, 0.0) + v
+        for label in KEPT_LABELS:
+            marker = f'{label}="'
+            if marker in labels:
+                kept = labels.split(marker, 1)[1].split('"', 1)[0]
+                key = f"{name}{{{label}={kept}}}"
+                out[key] = out.get(key, 0.0) + v
     return out
 
 
@@ -162,7 +176,7 @@ class _Target:
 def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
     server = None
     if spec.launch:
-        server = launch.start(spec.name, spec.launch, spec.env, opts.log_dir)
+        server = launch.start(spec.name, spec.launch, spec.env, opts.log_dir, store=str(opts.store))
         url = server.url
     else:
         assert spec.url is not None
@@ -191,6 +205,13 @@ def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
         props = control.get_json("/props")
         if props:
             facts.update(serverinfo.props_facts(props, control.get_any("/slots")))
+        else:
+            version = control.get_json("/version")
+            counters = parse_prometheus(control.metrics_text()) or {}
+            if version and any(k.startswith("vllm:") for k in counters):
+                command = server.running_command() if server is not None else None
+                facts.update(serverinfo.vllm_facts(version, control.get_json("/v1/models"), command,
+                                                   any(k.startswith("vllm:spec_decode") for k in counters)))
     model = (models[0] if models else None) or str(model_info.get("model_path") or info.get("model_path") or "default")
     facts.setdefault("model_path", str(model_info.get("model_path") or model))
     archs = model_info.get("architectures")

@@ -14,6 +14,7 @@ import click
 
 from findings import __version__, document
 from findings import ingest as ingest_lib
+from findings.diskio import cause
 from findings.errors import FindingsError
 from findings.settings import Settings, load
 
@@ -34,6 +35,9 @@ def _run(fn: Any, *args: Any, **kwargs: Any) -> Any:
         return fn(*args, **kwargs)
     except FindingsError as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # a refusal no write site described: still one line, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise click.ClickException(f"{where}{cause(exc)} (the command stopped there)") from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -119,6 +123,15 @@ def ingest_vllm(obj: Context, /, file: str, **kw: Any) -> None:
 def ingest_aiperf(obj: Context, /, file: str, **kw: Any) -> None:
     """Import AIPerf's profile_export_aiperf.json (or genai-perf's export): one point."""
     _ingest_labelled(obj, ingest_lib.ingest_aiperf, file, **kw)
+
+
+@ingest.command("recovery")
+@click.argument("file")
+@click.pass_obj
+def ingest_recovery(obj: Context, file: str) -> None:
+    """Store the runs of a recovery file that `findings bench` wrote when the store's disk refused them."""
+    s = _run(obj.settings)
+    click.echo(_run(ingest_lib.ingest_recovery, s.store, file).summary())
 
 
 @ingest.command("auto")
@@ -343,13 +356,19 @@ def diff(obj: Context, base_ref: str | None) -> None:
 
 
 @main.command()
-@click.option("--output", metavar="PATH", default=None, help="Write here instead of the document path.")
+@click.option("--output", metavar="PATH", default=None,
+              help="Write here instead of the document path; '-' prints it (writes nothing, no plots).")
 @click.option("--check", is_flag=True, help="Exit 1 with a short diff if the file on disk is stale.")
 @click.pass_obj
 def render(obj: Context, output: str | None, check: bool) -> None:
     """Regenerate the findings document from the store and templates."""
     s = _run(obj.settings)
+    if check and output == "-":
+        raise click.UsageError("--check compares a file; it cannot check '-'")
     result = _run(document.render_document, s, output, check)
+    if result.text is not None:
+        click.echo(result.text, nl=False)
+        return
     if check:
         if result.changed:
             click.echo(result.diff, err=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -27,7 +26,7 @@ from findings.analysis import Cell, Comparison, campaign_comparisons, cells, con
 from findings.conclusions_json import to_json
 from findings.errors import FindingsError
 from findings.history import replay
-from findings.model import Dataset
+from findings.model import Dataset, Run
 from findings.settings import Settings
 
 #: Seconds any one git command may take.
@@ -145,13 +144,13 @@ def resolve_base(top: Path, base_ref: str | None) -> Base:
     return Base("HEAD", head)
 
 
-def materialize(top: Path, commit: str, store_rel: str, dest: Path) -> int:
-    """Write ``<store>/runs/*.json`` as of ``commit`` into ``dest/runs``; returns the number of files.
+def runs_at(top: Path, commit: str, store_rel: str) -> list[Run]:
+    """The store's run files as of ``commit``, read from git into memory.
 
-    A store that did not exist at ``commit`` gives an empty folder.
+    Nothing is written: ``findings diff`` works on a read-only checkout or a
+    full disk. A store that did not exist at ``commit`` has no runs.
     """
     runs_rel = PurePosixPath(store_rel, store.RUNS) if store_rel != "." else PurePosixPath(store.RUNS)
-    (dest / store.RUNS).mkdir(parents=True, exist_ok=True)
     try:
         listing = _git(top, "ls-tree", "-r", "-z", "--full-tree", commit, "--", runs_rel.as_posix())
     except _GitFailed as exc:
@@ -169,22 +168,25 @@ def materialize(top: Path, commit: str, store_rel: str, dest: Path) -> int:
             continue
         wanted.append((oid, path.name))
     if not wanted:
-        return 0
+        return []
     try:
         out = _git(top, "cat-file", "--batch", stdin="".join(f"{oid}\n" for oid, _ in wanted).encode())
     except _GitFailed as exc:
         raise FindingsError(f"cannot read {runs_rel} at {commit[:12]}: {exc.message}") from None
     pos = 0
+    runs: list[Run] = []
+    bodies: dict[str, bytes] = {}
     for oid, name in wanted:
         end = out.index(b"\n", pos)
         header = out[pos:end].decode().split(" ")
         if len(header) != 3 or header[0] != oid:
             raise FindingsError(f"git cat-file: unexpected answer for {runs_rel}/{name} at {commit[:12]}")
         size = int(header[2])
-        body = out[end + 1:end + 1 + size]
+        bodies[name] = out[end + 1:end + 1 + size]
         pos = end + 1 + size + 1  # the content is followed by a newline
-        (dest / store.RUNS / name).write_bytes(body)
-    return len(wanted)
+    for name in sorted(bodies):  # file-name order, as store.load_runs reads them
+        runs.append(store.parse_run(bodies[name], f"{commit[:12]}:{runs_rel}/{name}", name[:-len(".json")]))
+    return runs
 
 
 # ---------------------------------------------------------------- the two sides
@@ -213,14 +215,7 @@ def derive(data: Dataset, settings: Settings) -> Side:
 
 
 def _load_base(top: Path, base: Base, store_rel: str) -> Dataset:
-    with tempfile.TemporaryDirectory(prefix="findings-diff-") as tmp:
-        folder = Path(tmp) / "store"
-        materialize(top, base.commit, store_rel, folder)
-        try:
-            return store.load(folder)
-        except FindingsError as exc:
-            where = f"{base.commit[:12]}:{store_rel}"
-            raise FindingsError(str(exc).replace(str(folder), where)) from None
+    return store.merge(runs_at(top, base.commit, store_rel))
 
 
 def diff_markdown(settings: Settings, base_ref: str | None = None) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from findings import caveats, fmt, pivot, render, report, store
+from findings import caveats, diskio, fmt, pivot, render, report, store
 from findings import deploy as deploy_lib
 from findings.analysis import Comparison, cells, conclude
 from findings.conclusions_json import to_json
@@ -58,8 +58,14 @@ def render_text(settings: Settings) -> str:
 def _write_plots(settings: Settings, document: Path, plots: dict[str, Any]) -> None:
     from findings.plots import throughput_svg
     folder = _plots_dir(settings, document)
+    done = 0
     for name, chart in sorted(plots.items()):
-        throughput_svg(folder / name, chart["title"], chart["xs"], chart["all_series"])
+        try:
+            throughput_svg(folder / name, chart["title"], chart["xs"], chart["all_series"])
+        except diskio.DiskError as exc:
+            raise exc.with_outcome(f"{done} of {len(plots)} plots written to {folder}; "
+                                   f"the document {document} was not changed") from None
+        done += 1
 
 
 @dataclass(frozen=True)
@@ -67,10 +73,14 @@ class Rendered:
     path: Path
     changed: bool
     diff: str = ""
+    #: ``--output -``: the document itself, for standard output (nothing written).
+    text: str | None = None
 
 
 def render_document(settings: Settings, output: str | None = None, check: bool = False) -> Rendered:
     """Write the document, or with ``check`` compare it with the file on disk."""
+    if output == "-":
+        return Rendered(Path("-"), changed=True, text=render_text(settings))
     path = Path(output) if output else settings.document
     text, plots = _build(settings, path)
     try:
@@ -86,7 +96,11 @@ def render_document(settings: Settings, output: str | None = None, check: bool =
         _write_plots(settings, path, plots)
     if old == text:
         return Rendered(path, changed=False)
-    _write_atomic(path, text)
+    try:
+        _write_atomic(path, text)
+    except diskio.DiskError as exc:
+        also = f" ({len(plots)} plots were written to {_plots_dir(settings, path)})" if plots else ""
+        raise exc.with_outcome(f"the document was not changed{also}") from None
     return Rendered(path, changed=True)
 
 
@@ -156,17 +170,19 @@ def deploy(settings: Settings, *, workload: str | None = None, config: str | Non
     if config is not None and not plans:
         raise FindingsError(f"--config {config!r}: not a candidate of {'that workload' if workload else 'any workload'}")
     if out is not None:
-        for d in plans:
-            for e in d.engines:
-                if e.config is not None and e.file is not None and e.engine == "sglang":
-                    _write_atomic(Path(e.file), json.dumps(e.config, indent=2) + "\n")
+        files = [(Path(e.file), e.config) for d in plans for e in d.engines
+                 if e.config is not None and e.file is not None and e.engine == "sglang"]
+        for i, (path, config_) in enumerate(files):
+            try:
+                _write_atomic(path, json.dumps(config_, indent=2) + "\n")
+            except diskio.DiskError as exc:
+                done = ", ".join(str(p) for p, _ in files[:i]) or "none"
+                raise exc.with_outcome(f"{i} of {len(files)} adaptive files written ({done}); "
+                                       f"no settings printed") from None
     if as_json:
         return json.dumps(deploy_lib.to_json(plans), indent=2, ensure_ascii=False)
     return deploy_lib.text(plans, written=out is not None)
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    diskio.write_replace(path, text)

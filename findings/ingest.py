@@ -131,3 +131,32 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
     return fmt, replace(ingest(store_dir, file, config=config, campaign=campaign, workload=workload, date=date,
                                order=order, concurrency=concurrency, environment=environment,
                                skip_existing=skip_existing), detected_by=why)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    stored: tuple[str, ...]
+    already: tuple[str, ...]
+    points: int
+    campaigns: tuple[str, ...]
+
+    def summary(self) -> str:
+        head = (f"ingested {len(self.stored)} recovered runs ({self.points} points; campaigns: "
+                f"{', '.join(self.campaigns) or 'none'})")
+        if self.already:
+            head += f"; {len(self.already)} already stored ({', '.join(self.already)})"
+        return head
+
+
+def ingest_recovery(store_dir: Path, file: str) -> Recovered:
+    """Store the runs of a ``findings bench`` recovery file (written when the
+    store's disk refused them). Runs already stored are skipped, so the file
+    can be ingested again after a partial success."""
+    runs = store.load_recovery(Path(file))
+    have = {r.run_id for r in store.load_runs(store_dir)}
+    new = [r for r in runs if r.run_id not in have]
+    if new:
+        store.add_runs(store_dir, new)
+    return Recovered(stored=tuple(r.run_id for r in new), already=tuple(r.run_id for r in runs if r.run_id in have),
+                     points=sum(len(r.points) for r in new),
+                     campaigns=tuple(sorted({c.name for r in new for c in r.campaigns})))

@@ -7,10 +7,12 @@ salt, no date in the metadata, fixed sizes and styles, sorted series.
 
 from __future__ import annotations
 
+import io
 import re
 from pathlib import Path
 from typing import Sequence
 
+from findings import diskio
 from findings.errors import FindingsError
 
 _FILE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -46,7 +48,8 @@ def throughput_svg(path: Path, title: str, xs: Sequence[int],
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best")
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="svg", metadata={"Date": None})
+        buf = io.BytesIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+        diskio.write_replace(path, buf.getvalue())
     finally:
         plt.close(fig)

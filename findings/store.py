@@ -13,16 +13,15 @@ the duplicate checks and the write are one step for concurrent writers.
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import gc
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator, Mapping
 
 
-from findings import jsonfast
+from findings import diskio, jsonfast
 from findings.errors import DuplicateError, StoreError
 from findings.model import Campaign, Dataset, Run, Scalar
 from findings.schema import run_from_dict, run_to_dict
@@ -78,7 +77,16 @@ def _quiet_gc() -> Iterator[None]:
 
 
 def read_run(path: Path) -> Run:
-    """One run file, validated.
+    """One run file, validated."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read: {exc}") from exc
+    return parse_run(raw, str(path), Path(path).stem)
+
+
+def parse_run(raw: bytes, label: str, stem: str) -> Run:
+    """A run file's bytes, validated (``stem``: the file name without .json).
 
     orjson parses a store several times faster than the json module. It is
     only the fast path: a file it refuses, or whose run fails validation
@@ -86,29 +94,25 @@ def read_run(path: Path) -> Run:
     integer beyond 64 bits, which orjson would have rounded), is read again
     with json, so every outcome and every message is json's.
     """
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot read: {exc}") from exc
     run = None
     try:  # orjson checks the UTF-8 itself
-        run = run_from_dict(jsonfast.loads(raw), str(path), big_floats=False)
+        run = run_from_dict(jsonfast.loads(raw), label, big_floats=False)
     except (jsonfast.JSONDecodeError, StoreError):
         pass
     if run is None:
         try:  # again as text, exactly as it has always been read
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise StoreError(f"{path}: cannot read: {exc}") from exc
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StoreError(f"{label}: cannot read: {exc}") from exc
         try:
             doc = json.loads(text, parse_constant=_refuse_constant)
         except (json.JSONDecodeError, ValueError) as exc:
-            raise StoreError(f"{path}: not valid JSON: {exc}") from exc
+            raise StoreError(f"{label}: not valid JSON: {exc}") from exc
         except RecursionError:
-            raise StoreError(f"{path}: not valid JSON: nested too deeply") from None
-        run = run_from_dict(doc, str(path))
-    if path.stem != run.run_id:
-        raise StoreError(f"{path}: file name does not match run_id {run.run_id!r}")
+            raise StoreError(f"{label}: not valid JSON: nested too deeply") from None
+        run = run_from_dict(doc, label)
+    if stem != run.run_id:
+        raise StoreError(f"{label}: file name does not match run_id {run.run_id!r}")
     return run
 
 
@@ -151,13 +155,35 @@ def load(store: Path) -> Dataset:
 
 @contextlib.contextmanager
 def _locked(store: Path) -> Iterator[None]:
-    (store / RUNS).mkdir(parents=True, exist_ok=True)
-    with open(store / ".lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    """The store's write lock. Only writers take it: readers never create
+    ``.lock`` or ``runs/``, so a read-only store reads."""
+    with contextlib.ExitStack() as stack:
         try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            diskio.make_dirs(store / RUNS)
+            stack.enter_context(diskio.exclusive_lock(store / ".lock"))
+        except diskio.DiskError as exc:
+            raise exc.with_outcome("nothing was written; the store is unchanged") from None
+        yield
+
+
+def writable(store: Path) -> None:
+    """Raise DiskError now if the store cannot take a write (a read-only mount,
+    no permission): before a benchmark measures anything. A store that does
+    not exist yet is not created here: its nearest existing folder is asked."""
+    if (store / RUNS).is_dir():
+        with _locked(store):
+            return
+    folder = store
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        refusal = OSError(errno.EROFS, os.strerror(errno.EROFS))
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        refusal = OSError(errno.EACCES, os.strerror(errno.EACCES))
+    else:
+        return
+    raise diskio.DiskError(folder, refusal, "cannot create the store there").with_outcome(
+        "nothing was written; the store is unchanged")
 
 
 def check_new_run(existing: list[Run], run: Run) -> None:
@@ -221,7 +247,23 @@ def add_runs(store: Path, runs: list[Run]) -> list[Path]:
         for i, run in enumerate(runs):
             _check_not_stored(existing + runs[:i], run)
         _check_consistent(existing + runs)
-        return [_write_new(run_path(store, run.run_id), doc) for run, doc in zip(runs, docs)]
+        written: list[Path] = []
+        for run, doc in zip(runs, docs):
+            try:
+                written.append(_write_new(run_path(store, run.run_id), doc))
+            except diskio.DiskError as exc:
+                raise exc.with_outcome(_outcome(store, written, runs[len(written):])) from None
+        return written
+
+
+def _outcome(store: Path, written: list[Path], unwritten: list[Run]) -> str:
+    """What a refused write left: the runs stored before it, and those not."""
+    if not written:
+        return "nothing was written; the store is unchanged"
+    def names(xs: list[str]) -> str:
+        return ", ".join(xs)
+    return (f"stored {len(written)} of {len(written) + len(unwritten)} runs ({names([p.stem for p in written])}) "
+            f"in {store}; not written: {names([r.run_id for r in unwritten])}")
 
 
 def _storable(run: Run) -> dict[str, object]:
@@ -239,23 +281,60 @@ def _storable(run: Run) -> dict[str, object]:
 
 def _write_new(path: Path, doc: Mapping[str, object]) -> Path:
     data = (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o644)  # mkstemp makes 0600; store files are shared
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        return diskio.write_new(path, data)  # atomic, and never replaces an existing file
+    except FileExistsError as exc:
+        raise DuplicateError(f"{path} already exists; nothing was written") from exc
+
+
+#: The recovery file: runs measured but refused by the store's disk, kept
+#: elsewhere so that ``findings ingest recovery FILE`` can store them later.
+RECOVERY_KEY = "findings_recovery"
+RECOVERY_VERSION = 1
+
+
+def save_recovery(runs: list[Run], store: Path, why: str, folders: list[Path]) -> Path:
+    """Write ``runs`` to the first of ``folders`` that takes them; DiskError
+    (from the last folder tried) when none does."""
+    doc = {RECOVERY_KEY: RECOVERY_VERSION, "store": str(store), "why": why,
+           "runs": [run_to_dict(r) for r in runs]}
+    data = (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+    last: diskio.DiskError | None = None
+    for folder in folders:
+        path = folder / f"findings-recovery-{runs[0].run_id}.json"
         try:
-            os.link(tmp, path)  # atomic, and never replaces an existing file
-        except FileExistsError as exc:
-            raise DuplicateError(f"{path} already exists; nothing was written") from exc
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    dirfd = os.open(path.parent, os.O_RDONLY)
+            diskio.make_dirs(folder)
+            return diskio.write_new(path, data)
+        except FileExistsError:
+            return path if path.read_bytes() == data else _refuse_overwrite(path)
+        except diskio.DiskError as exc:
+            last = exc
+    assert last is not None
+    raise last
+
+
+def _refuse_overwrite(path: Path) -> Path:
+    raise StoreError(f"{path} exists with other content; not overwritten")
+
+
+def is_recovery(doc: object) -> bool:
+    return isinstance(doc, dict) and RECOVERY_KEY in doc
+
+
+def load_recovery(path: Path) -> list[Run]:
+    """The runs of a recovery file, validated exactly like run files."""
     try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)
-    return path
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read: {diskio.cause(exc)}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise StoreError(f"{path}: not a recovery file (not valid JSON: {exc})") from None
+    if not is_recovery(doc):
+        raise StoreError(f"{path}: not a recovery file (no {RECOVERY_KEY!r} key)")
+    if doc[RECOVERY_KEY] != RECOVERY_VERSION:
+        raise StoreError(f"{path}: recovery file version {doc[RECOVERY_KEY]!r}; this findings reads "
+                         f"{RECOVERY_VERSION}")
+    runs = doc.get("runs")
+    if not isinstance(runs, list) or not runs:
+        raise StoreError(f"{path}: field 'runs': expected a non-empty list of runs")
+    return [run_from_dict(r, f"{path} (run {i + 1})") for i, r in enumerate(runs)]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
+from findings import diskio
 from findings.errors import FindingsError
 from findings.serverinfo import redact
 
@@ -91,9 +92,11 @@ def start(name: str, command: str, env: Mapping[str, str], log_dir: Path, host: 
           store: str | None = None) -> Server:
     port = free_port(host)
     args = expand(command, port, host, store)
-    log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
-    fh = open(log, "wb")
+    try:
+        fh = os.fdopen(diskio.open_append(log), "wb")
+    except diskio.DiskError as exc:
+        raise exc.with_outcome(f"config {name}: its server was not started (it needs its log)") from None
     try:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, **env}, start_new_session=True)

@@ -13,12 +13,13 @@ import hashlib
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from findings import __version__, serverinfo, store
+from findings import __version__, diskio, serverinfo, store
 from findings.bench import host, launch
 from findings.bench.client import PointPlan, run_point
 from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
@@ -57,12 +58,25 @@ class BenchReport:
     written: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     interrupted: bool = False
+    #: The labels of the stored points ("baseline chat C=4 rep 1/1"), in order.
+    labels: list[str] = field(default_factory=list)
+    #: A write the disk refused stopped the run (the problem says what was kept where).
+    stopped: bool = False
 
     def summary(self) -> str:
         head = f"stored {len(self.written)} points"
         if self.interrupted:
             head = f"interrupted: kept {len(self.written)} finished points (the point in flight was dropped)"
+        if self.stopped:
+            where = f" in {self.written[0].parent.parent}" if self.written else ""
+            n = len(self.written)
+            head = (f"stopped at the first refused write: stored {n} point{'' if n == 1 else 's'}{where}"
+                    + (f" ({'; '.join(self.labels)})" if self.labels else ""))
         return "\n".join([head] + [f"problem: {p}" for p in self.problems])
+
+
+class _Stopped(Exception):
+    """A store write was refused: measure nothing more."""
 
 
 class Progress:
@@ -230,9 +244,9 @@ def _run_id(doc: dict[str, Any]) -> tuple[str, str]:
     return f"bench-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{sha[:10]}", sha
 
 
-def _store_point(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workload, sweep: Sweep,
-                 concurrency: int, repeat: int, outcome: PointOutcome, started_wall: str,
-                 environment: dict[str, Scalar]) -> Path:
+def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workload, sweep: Sweep,
+               concurrency: int, repeat: int, outcome: PointOutcome, started_wall: str,
+               environment: dict[str, Scalar]) -> Run:
     metrics = derive(outcome)
     requests = raw_columns(outcome)
     source = "simulated" if target.simulated else "runner"
@@ -261,7 +275,30 @@ def _store_point(opts: BenchOptions, target: _Target, campaign: Campaign, w: Wor
               source_file=None, source_sha256=sha, environment=environment, campaigns=(campaign,),
               configs={target.spec.name: target.facts}, points=(point,), provenance=provenance,
               extra_inputs=extra)
-    return store.add_run(opts.store, run)
+    return run
+
+
+def _recovery_folders(opts: BenchOptions) -> list[Path]:
+    """Where a refused point goes: beside the logs, else the temp folder, else home."""
+    folders = [opts.log_dir]
+    try:
+        folders.append(Path(tempfile.gettempdir()))
+    except OSError:  # no usable temp folder at all (it probes by writing)
+        pass
+    folders.append(Path.home())
+    return list(dict.fromkeys(folders))
+
+
+def _refused(opts: BenchOptions, report: BenchReport, run: Run, label: str, exc: diskio.DiskError) -> None:
+    """Keep a point the store's disk refused in a recovery file, and say where."""
+    try:
+        kept = store.save_recovery([run], opts.store, str(exc), _recovery_folders(opts))
+    except FindingsError as again:
+        rest = f"its measurements are lost: the recovery file could not be written either ({again})"
+    else:
+        rest = f"its measurements are in {kept} (store them later: findings ingest recovery {kept})"
+    report.problems.append(f"{exc.with_outcome(f'the point {label} was not stored')}; {rest}")
+    report.stopped = True
 
 
 def _point_line(label: str, outcome: PointOutcome) -> str:
@@ -311,9 +348,15 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
                     progress.start(label, n)
                     outcome = await run_point(transport, plan, progress.tick, scrape, sample)
                     progress.end(_point_line(label, outcome))
-                    path = _store_point(opts, target, campaign, w, sweep, c, repeat, outcome, started_wall,
-                                        environment)
+                    run = _point_run(opts, target, campaign, w, sweep, c, repeat, outcome, started_wall,
+                                     environment)
+                    try:
+                        path = store.add_run(opts.store, run)
+                    except diskio.DiskError as exc:
+                        _refused(opts, report, run, label, exc)
+                        raise _Stopped from None
                     report.written.append(path)
+                    report.labels.append(label)
                     if _server_gone(target, outcome):
                         report.problems.append(_gone_message(target))
                         return
@@ -374,10 +417,21 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
     environment = host.facts()
     stamp = int(time.strftime("%H%M%S", time.gmtime()))
     try:
+        store.writable(opts.store)
+    except diskio.DiskError as exc:
+        raise exc.with_outcome("nothing was measured; the store is unchanged") from None
+    try:
         for index, spec in enumerate(matrix.campaigns):
             campaign = _campaign(spec.name + opts.campaign_suffix, opts, index, stamp)
             for cname in spec.configs:
-                target = _connect(matrix.configs[cname], spec.sweep, opts)
+                try:
+                    target = _connect(matrix.configs[cname], spec.sweep, opts)
+                except diskio.DiskError as exc:
+                    if not report.written:
+                        raise
+                    report.problems.append(str(exc))
+                    report.stopped = True
+                    raise _Stopped from None
                 try:
                     _check_store(target, opts)
                     workloads = [matrix.workloads[w] for w in spec.workloads]
@@ -388,6 +442,8 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
                         target.server.stop()
     except KeyboardInterrupt:
         report.interrupted = True
+    except _Stopped:
+        pass
     return report
 
 

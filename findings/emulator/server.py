@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Callable, Iterable
 from aiohttp import web
 
 from findings import jsonfast
+from findings.diskio import cause
 from findings.emulator.engine import VOCAB, Seq, count_prompt_tokens, token_id
 from findings.emulator.faults import Fate, Faults
 from findings.emulator.protocol import BadRequest, SeqSpec, parse_generate, parse_openai
@@ -617,5 +618,5 @@ def serve(options: EmulatorOptions) -> None:
             open(options.ground_truth_log, "a", encoding="utf-8").close()
         except OSError as exc:
             raise FindingsError(f"{options.ground_truth_log}: cannot write the ground-truth log: "
-                                f"{exc.strerror or exc}") from None
+                                f"{cause(exc)}") from None
     asyncio.run(_serve(options))

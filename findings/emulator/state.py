@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import sys
 import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from findings.diskio import cause
 from findings.emulator import faults
 from findings.emulator.engine import Engine, Seq, Step, StepResult, count_prompt_tokens, seed_for
 from findings.emulator.faults import Fate, Faults
@@ -120,10 +122,15 @@ class Emulator:
             return
         line = {"rid": rid, "arrival": arrival, "events": events,
                 "text_sha1": hashlib.sha1(text.encode()).hexdigest()}
-        if self._gt_file is None:
-            self._gt_file = open(self.gt_log, "a", encoding="utf-8")  # noqa: SIM115 (open for the process's life)
-        self._gt_file.write(json.dumps(line, separators=(",", ":")) + "\n")
-        self._gt_file.flush()
+        try:
+            if self._gt_file is None:
+                self._gt_file = open(self.gt_log, "a", encoding="utf-8")  # noqa: SIM115 (open for the process's life)
+            self._gt_file.write(json.dumps(line, separators=(",", ":")) + "\n")
+            self._gt_file.flush()
+        except OSError as exc:  # say it once, keep serving; the log ends here
+            print(f"findings-emulator: {self.gt_log}: cannot write the ground-truth log: {cause(exc)}; "
+                  f"it stops here, serving goes on", file=sys.stderr, flush=True)
+            self.gt_log = None
 
     def schedule_stats(self) -> dict[str, Any]:
         """Step lateness against the model's schedule since the last /flush_cache (ms)."""

@@ -17,7 +17,12 @@ last request):
 - acceptance: the accepted tokens per draft position add up to the accepted
   total, the acceptance length is 1 + accepted / drafts, and n-gram drafts on
   the looping model are accepted (length above 2);
-- the schedule: `sched` drafts at C=1 and drafts nothing at C=8;
+- the schedule: `sched` drafts at C=1 as much as `spec` does, and at C=8
+  near zero: at most a tenth of what `spec` drafts at C=8. Not exactly zero:
+  a closed loop's last requests finish one by one, and once fewer than 4 are
+  running the schedule drafts again, as it should. How much depends on how
+  spread out the requests ran (one run in six drafted 52 tokens against
+  `spec`'s 1,007, with the machine busy; the others drafted none);
 - the facts: engine vLLM, its version, and the speculative config as launched.
 
 The figures are also written to build/engine/vllm-conformance.md.
@@ -158,8 +163,11 @@ def test_acceptance_from_the_counters(sweep: Points) -> None:
 
 def test_the_schedule_stops_drafting_at_its_threshold(sweep: Points) -> None:
     low, high = sweep[("sched", 1)]["metrics"], sweep[("sched", 8)]["metrics"]
-    assert low["draft_tokens_metrics"] > 0
-    assert high["draft_tokens_metrics"] == 0 and high["spec_drafts_metrics"] == 0
+    full = sweep[("spec", 8)]["metrics"]  # the same speculation without a schedule, at the same C
+    assert low["draft_tokens_metrics"] == sweep[("spec", 1)]["metrics"]["draft_tokens_metrics"] > 0
+    # K = 0 from a running batch of 4: only a point's ragged tail (fewer than 4 left running) drafts
+    assert high["draft_tokens_metrics"] <= 0.1 * full["draft_tokens_metrics"], (high, full)
+    assert high["spec_drafts_metrics"] <= 0.1 * full["spec_drafts_metrics"], (high, full)
     assert high["server_running_p90"] >= 4  # the batch did reach the range where K = 0
 
 

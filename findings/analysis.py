@@ -228,8 +228,12 @@ class Table:
     table holds.
     """
 
-    def __init__(self, cells: Iterable[Cell], rules: Rules, verdicts_only: bool = False) -> None:
+    def __init__(self, cells: Iterable[Cell], rules: Rules, verdicts_only: bool = False,
+                 breaks: Mapping[int, Collection[int]] | None = None) -> None:
         self.rules = rules
+        #: C -> the ranks at which the baseline stepped (findings/regressions.py):
+        #: its drift is measured within the stretches between them.
+        self.breaks: Mapping[int, Collection[int]] = breaks or {}
         #: Comparisons for their verdicts only (see compare_cells): the history's.
         self.verdicts_only = verdicts_only
         self.by_key: dict[tuple[str, int], dict[str, Cell]] = {}
@@ -241,9 +245,9 @@ class Table:
         self._together: dict[tuple[int, str], dict[str, Cell]] = {}
         #: (config a, config b, C) -> the latest campaign that measured both.
         self._common: dict[tuple[str, str, int], Cell] = {}
-        #: C -> the baseline's campaign means in replay order (the latest
-        #: ``rules.drift_window`` of them, or all).
-        self._base: dict[int, collections.deque[float]] = {}
+        #: C -> the baseline's (rank, campaign mean) in replay order (the
+        #: latest ``rules.drift_window`` of them, or all).
+        self._base: dict[int, collections.deque[tuple[int, float]]] = {}
         self.add(cells)
 
     def add(self, cells: Iterable[Cell]) -> None:
@@ -268,7 +272,7 @@ class Table:
                 if means is None:
                     means = self._base[cell.concurrency] = collections.deque(
                         maxlen=self.rules.drift_window or None)
-                means.append(cell.mean)
+                means.append((cell.rank, cell.mean))
         self.configs = tuple(sorted({k[0] for k in self.by_key}, key=self.config_order))
         self.concurrencies = tuple(sorted({k[1] for k in self.by_key}))
         self.drift = {c: self._drift(c) for c in self.concurrencies}
@@ -276,17 +280,28 @@ class Table:
     def config_order(self, name: str) -> tuple[int, str]:
         return (0 if name == self.rules.baseline else 1, name)
 
+    def set_breaks(self, breaks: Mapping[int, Collection[int]]) -> None:
+        """New baseline steps (the history learns them campaign by campaign)."""
+        if breaks != self.breaks:
+            self.breaks = breaks
+            self.drift = {c: self._drift(c) for c in self.concurrencies}
+
     def _drift(self, conc: int) -> float:
         """(max - min) / mean of the baseline's campaign means at C, over the
-        window (summed in replay order)."""
+        window (summed in replay order); with steps, the largest such spread
+        within one stretch between steps (a step is a change, not noise)."""
         means = self._base.get(conc)
         if means is None or len(means) < 2:
             return 0.0
-        total = 0.0
-        for m in means:
-            total += m
-        avg = total / len(means)
-        return (max(means) - min(means)) / avg if avg > 0 else 0.0
+        cuts = self.breaks.get(conc, ())
+        if not cuts:
+            return _spread([m for _, m in means])
+        stretches: list[list[float]] = [[]]
+        for rank, m in means:
+            if rank in cuts and stretches[-1]:
+                stretches.append([])
+            stretches[-1].append(m)
+        return max(_spread(s) for s in stretches)
 
     def cells_of(self, config: str, conc: int) -> dict[str, Cell]:
         return self.by_key.get((config, conc), {})
@@ -343,6 +358,16 @@ class Table:
         current = [self.latest(config, c) for c in self.concurrencies]
         found = [c for c in current if c is not None]
         return max(found, key=lambda c: (c.mean, -c.concurrency)) if found else None
+
+
+def _spread(means: list[float]) -> float:
+    if len(means) < 2:
+        return 0.0
+    total = 0.0
+    for m in means:
+        total += m
+    avg = total / len(means)
+    return (max(means) - min(means)) / avg if avg > 0 else 0.0
 
 
 def _verdict_settled(samples: tuple[tuple[float, ...], tuple[float, ...]], delta: float, band: float) -> bool:
@@ -458,12 +483,21 @@ def conclude_table(workload: str, table: Table, cross: bool = True) -> WorkloadC
     )
 
 
-def workload_tables(all_cells: Iterable[Cell], rules: Rules) -> dict[str, Table]:
-    """One Table per workload, in workload order."""
+def workload_tables(all_cells: Iterable[Cell], rules: Rules,
+                    breaks: Mapping[str, Mapping[int, Collection[int]]] | None = None) -> dict[str, Table]:
+    """One Table per workload, in workload order. ``breaks``: workload -> C ->
+    the ranks of the baseline's steps (regressions.baseline_breaks)."""
     by_workload: dict[str, list[Cell]] = {}
     for cell in all_cells:
         by_workload.setdefault(cell.workload, []).append(cell)
-    return {w: Table(cs, rules) for w, cs in sorted(by_workload.items())}
+    return {w: Table(cs, rules, breaks=(breaks or {}).get(w)) for w, cs in sorted(by_workload.items())}
+
+
+def _tables(data: Dataset, rules: Rules, all_cells: list[Cell]) -> dict[str, Table]:
+    """The tables, with the baseline's steps found in ``data`` (its drift
+    leaves them out). Imported here: findings.regressions builds on this module."""
+    from findings import regressions
+    return regressions.tables(data, rules, all_cells)
 
 
 def conclude(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
@@ -471,7 +505,7 @@ def conclude(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     """The current conclusions. ``all_cells``: ``cells(data, rules)``, and
     ``tables``: ``workload_tables`` of them, if the caller has them."""
     if tables is None:
-        tables = workload_tables(cells(data, rules) if all_cells is None else all_cells, rules)
+        tables = _tables(data, rules, cells(data, rules) if all_cells is None else all_cells)
     return Conclusions(rules=rules, workloads=tuple(conclude_table(w, t) for w, t in sorted(tables.items())))
 
 
@@ -487,7 +521,7 @@ def campaign_comparisons(data: Dataset, rules: Rules, all_cells: list[Cell] | No
     if all_cells is None:
         all_cells = cells(data, rules)
     if tables is None:
-        tables = workload_tables(all_cells, rules)
+        tables = _tables(data, rules, all_cells)
     out: dict[tuple[str, str], list[Comparison]] = {}
     for cell in all_cells:
         if cell.config == rules.baseline or (campaigns is not None and cell.campaign not in campaigns):

@@ -352,7 +352,7 @@ def diff(obj: Context, base_ref: str | None) -> None:
     from findings import diff as diff_lib
 
     s = _run(obj.settings)
-    click.echo(_run(diff_lib.diff_markdown, s, base_ref))
+    click.echo(_run(diff_lib.diff_markdown, s, base_ref), nl=False)
 
 
 @main.command()

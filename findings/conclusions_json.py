@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from findings import regressions
 from findings.analysis import Best, Comparison, Conclusions
 from findings.history import Entry
 
@@ -42,13 +43,31 @@ def _cross(cross: tuple[Comparison, ...]) -> dict[str, dict[str, float]]:
     return out
 
 
+def _provenance(entry: Entry) -> dict[str, Any]:
+    """config -> the facts that differ behind the entry's changes (merged over them)."""
+    out: dict[str, Any] = {}
+    for change in entry.changes:
+        for p in change.provenance:
+            item = out.setdefault(p.config, {"facts_changed": {}, "between": [], "versus": None})
+            item["facts_changed"].update(regressions.facts_json(p.facts_changed))
+            if p.between is not None and list(p.between) not in item["between"]:
+                item["between"].append(list(p.between))
+            if p.versus is not None:
+                item["versus"] = p.versus
+    return out
+
+
 def to_json(conclusions: Conclusions, history: list[Entry],
             flagged: dict[str, tuple[str, ...]] | None = None,
             caveats: Callable[[Comparison], tuple[str, ...]] | None = None,
-            failures_unknown: list[str] | None = None) -> dict[str, Any]:
+            failures_unknown: list[str] | None = None,
+            steps: list[regressions.Move] | None = None,
+            baseline_moved: dict[str, dict[str, regressions.BaselineMoved]] | None = None) -> dict[str, Any]:
     """``caveats``: why a comparison's verdict is not a deployment fact
     (findings/caveats.py); ``failures_unknown``: ids of the points whose
-    source does not record how many requests failed."""
+    source does not record how many requests failed; ``steps``: the
+    regressions and improvements; ``baseline_moved``: workload -> candidate
+    -> the sentence saying its verdicts flipped because the baseline moved."""
     workloads: dict[str, Any] = {}
     for wc in conclusions.workloads:
         workloads[wc.workload] = {
@@ -67,6 +86,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
                                   for x in c.comparisons if x.ci is not None},
                     "caveats": {str(x.concurrency): list(why) for x in c.comparisons
                                 if caveats is not None and (why := caveats(x))},
+                    "baseline_moved": _sentence((baseline_moved or {}).get(wc.workload, {}).get(c.config)),
                 }
                 for c in wc.candidates
             },
@@ -80,6 +100,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
         "flagged": {k: list(v) for k, v in sorted((flagged or {}).items())},
         "failures_unknown": sorted(failures_unknown or []),
         "workloads": workloads,
+        "regressions": [regressions.to_json(m) for m in steps or []],
         "history": [
             {
                 "campaign": e.campaign.name,
@@ -90,7 +111,12 @@ def to_json(conclusions: Conclusions, history: list[Entry],
                     for wc in e.conclusions.workloads
                 },
                 "changes": [c.text for c in e.changes],
+                "provenance": _provenance(e),
             }
             for e in history
         ],
     }
+
+
+def _sentence(moved: regressions.BaselineMoved | None) -> str | None:
+    return moved.sentence() if moved is not None else None

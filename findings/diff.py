@@ -7,7 +7,7 @@ comment. Documented in docs/diff.md.
 Both sides are derived with the same settings (the working tree's
 findings.toml and overrides): the diff shows what the *data* changed. The base
 store is read straight from git's object database (``git ls-tree`` and ``git
-cat-file --batch``) into a temporary folder; the working tree is not touched.
+cat-file --batch``) into memory; nothing is written anywhere.
 
 Default base (no ``base_ref``): the merge base of HEAD with ``main``, else with
 ``origin/main``, else ``HEAD~1``, else (a repository with one commit) HEAD.
@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from findings import fmt, store
-from findings.analysis import Cell, Comparison, campaign_comparisons, cells, conclude
+from findings import fmt, regressions, store
+from findings.analysis import Cell, Comparison, campaign_comparisons, cells
 from findings.conclusions_json import to_json
 from findings.errors import FindingsError
 from findings.history import replay
@@ -202,9 +202,11 @@ class Side:
 def derive(data: Dataset, settings: Settings) -> Side:
     rules = settings.rules
     valid = cells(data, rules)
+    done = regressions.conclude_with_steps(data, rules, valid)
     return Side(
         data=data,
-        json=to_json(conclude(data, rules, valid), replay(data, rules, valid)),
+        json=to_json(done.conclusions, replay(data, rules, valid, done.moves), steps=done.steps,
+                     baseline_moved=done.baseline_moved),
         cells={(c.campaign, c.workload, c.config, c.concurrency): c for c in cells(data)},
         tables={
             (campaign, workload, comp.a.config, comp.concurrency): comp
@@ -296,7 +298,55 @@ def policies_section(before: Side, after: Side) -> list[str]:
                     f"  - C={c}: {_verdict(vb.get(c))} → {_verdict(va.get(c))}, "
                     f"ratio {_ratio(rb.get(c))} → {_ratio(ra.get(c))}"
                 )
+            moved = new.get("baseline_moved") if new else None
+            if isinstance(moved, str) and moved != (old or {}).get("baseline_moved"):
+                lines.append(f"  - {fmt.text(moved)}")
     return lines
+
+
+def _step_key(item: dict[str, Any]) -> tuple[str, ...]:
+    return tuple(str(item.get(k)) for k in ("workload", "config", "previous_campaign", "campaign", "direction"))
+
+
+def _facts(changed: Any) -> str:
+    if not isinstance(changed, dict):
+        return ""
+    return regressions.describe_facts([(k, v[0], v[1]) for k, v in sorted(changed.items())
+                                       if isinstance(v, list) and len(v) == 2])
+
+
+def regressions_section(before: Side, after: Side) -> list[str]:
+    """Steps found in the working tree that the base did not have."""
+    old = {_step_key(x) for x in before.json.get("regressions", []) if isinstance(x, dict)}
+    lines: list[str] = []
+    for item in after.json.get("regressions", []):
+        if not isinstance(item, dict) or _step_key(item) in old:
+            continue
+        cs = [int(c) for c in item.get("concurrency", [])]
+        of = len(item.get("ratios", {})) or len(cs)
+        facts = _facts(item.get("facts_changed"))
+        lines.append(
+            f"- {fmt.code(item['config'])} on {fmt.code(item['workload'])}: {item['direction']} "
+            f"{fmt.pct(float(item['ratio']) - 1)} at {regressions.c_range(cs, of)}, "
+            f"{fmt.code(item['previous_campaign'])} → {fmt.code(item['campaign'])}"
+            + (f"; recorded: {fmt.text(facts)}" if facts else f"; {fmt.text(str(item.get('evidence', '')))}"))
+    return lines
+
+
+def _provenance_line(entry: dict[str, Any]) -> str | None:
+    prov = entry.get("provenance")
+    if not isinstance(prov, dict):
+        return None
+    parts = []
+    for config, item in prov.items():
+        if not isinstance(item, dict):
+            continue
+        facts = _facts(item.get("facts_changed"))
+        if item.get("versus"):
+            parts.append(f"{config} vs {item['versus']}: {facts or 'no recorded fact differs'}")
+        elif facts:
+            parts.append(f"{config}: {facts}")
+    return "; ".join(parts) or None
 
 
 def _best_label(b: dict[str, Any] | None) -> str:
@@ -362,6 +412,9 @@ def campaigns_section(before: Side, after: Side) -> list[str]:
             lines.append(f"  - {fmt.text(text)}")
         if len(changes) > MAX_CHANGES_LISTED:
             lines.append(f"  - and {len(changes) - MAX_CHANGES_LISTED} more")
+        facts = _provenance_line(entry) if changes else None
+        if facts:
+            lines.append(f"  - recorded facts: {fmt.text(facts)}")
     for name in new:
         if name in old and counts_a.get(name, 0) > counts_b.get(name, 0):
             extra = counts_a.get(name, 0) - counts_b.get(name, 0)
@@ -462,10 +515,12 @@ def _size(side: Side) -> str:
 
 
 def summary(before: Side, after: Side, base_label: str, settings: Settings) -> str:
-    """The markdown summary of two derived sides; deterministic."""
+    """The markdown summary of two derived sides; deterministic. Nothing
+    changed: one line."""
     out = [f"### findings diff: {base_label} → working tree", ""]
     sections = [
         ("", store_edits_section(before, after)),
+        ("**Regressions and improvements (new)**", regressions_section(before, after)),
         ("**Policies changed**", policies_section(before, after)),
         ("**Bests changed**", bests_section(before, after)),
         ("**New campaigns**", campaigns_section(before, after)),
@@ -474,8 +529,7 @@ def summary(before: Side, after: Side, base_label: str, settings: Settings) -> s
         ("**Campaign tables re-judged**", tables_section(before, after)),
     ]
     if not any(lines for _, lines in sections):
-        out.append(f"Conclusions and campaign tables are unchanged ({_size(after)}).")
-        return "\n".join(out) + "\n"
+        return f"findings diff: no change against {base_label} ({_size(after)}).\n"
     out.append(f"Store: {_size(before)} → {_size(after)}.")
     for title, lines in sections:
         if not lines:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from findings import caveats, diskio, fmt, pivot, render, report, store
+from findings import caveats, diskio, fmt, pivot, regressions, render, report, store
 from findings import deploy as deploy_lib
 from findings.analysis import Comparison, cells, conclude
 from findings.conclusions_json import to_json
@@ -114,8 +114,10 @@ def conclusions(settings: Settings) -> dict[str, Any]:
     def why(comp: Comparison) -> tuple[str, ...]:
         return caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, spec, points)
 
-    return to_json(conclude(data, settings.rules, valid), replay(data, settings.rules, valid), flags,
-                   caveats=why, failures_unknown=failures_unknown(data))
+    done = regressions.conclude_with_steps(data, settings.rules, valid)
+    return to_json(done.conclusions, replay(data, settings.rules, valid, done.moves), flags,
+                   caveats=why, failures_unknown=failures_unknown(data), steps=done.steps,
+                   baseline_moved=done.baseline_moved)
 
 
 def conclusions_json(settings: Settings) -> str:
@@ -126,7 +128,8 @@ def conclusions_text(settings: Settings) -> str:
     """The conclusions as short plain text for a terminal."""
     data = store.load(settings.store)
     flags = flagged(data, settings.rules.gates)
-    result = conclude(data, settings.rules, cells(data, settings.rules, flags))
+    done = regressions.conclude_with_steps(data, settings.rules, cells(data, settings.rules, flags))
+    result = done.conclusions
     if not result.workloads:
         return "no points in the store"
     points = {p.id: p for p in data.points}
@@ -146,6 +149,15 @@ def conclusions_text(settings: Settings) -> str:
                                                               points)})
             mark = f" [{caveats.MARK} measured {caveats.describe(why)}: not a deployment fact]" if why else ""
             lines.append(f"  policy      {_plain(policy(cand))}{mark}")
+            moved = done.baseline_moved.get(wc.workload, {}).get(cand.config)
+            if moved:
+                lines.append(f"  note        {moved.sentence()}")
+        for m in done.steps:
+            if m.workload == wc.workload:
+                facts = f"; {regressions.describe_facts(m.facts_changed)}" if m.facts_changed else ""
+                lines.append(f"  {m.kind:<11} {m.config}: {fmt.pct(m.ratio - 1)} at "
+                             f"{regressions.c_range(list(m.concurrency), len(m.ratios))}, "
+                             f"{m.previous_campaign} → {m.campaign}{facts}")
     return "\n".join(lines)
 
 

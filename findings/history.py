@@ -8,11 +8,38 @@ behind it, is that campaign's entry. Pure: no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Mapping
 
-from findings import fmt
+from findings import fmt, regressions
 from findings.analysis import (Best, Candidate, Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion, cells,
                                conclude_table)
-from findings.model import Campaign, Dataset
+from findings.model import Campaign, Dataset, Scalar
+from findings.regressions import FactChange
+
+FactsOf = Callable[[str, str], Mapping[str, Scalar]]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the records say changed for one config of a comparison: its facts
+    in the campaign now used against the campaign it was measured in before
+    (``between``), or, for a new candidate, against the config it overtakes
+    (``versus``)."""
+
+    config: str
+    facts_changed: tuple[FactChange, ...]
+    between: tuple[str, str] | None = None
+    versus: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self.versus is not None:
+            what = regressions.describe_facts(self.facts_changed) or "no recorded fact differs"
+            return f"{self.config} vs {self.versus}: {what}"
+        assert self.between is not None
+        if not self.facts_changed:
+            return f"{self.config}: no recorded fact changed ({self.between[0]} → {self.between[1]})"
+        return f"{self.config}: {regressions.describe_facts(self.facts_changed)} ({self.between[0]} → {self.between[1]})"
 
 
 @dataclass(frozen=True)
@@ -22,6 +49,21 @@ class Change:
     before: str | None  # None: first time this was derived
     after: str
     evidence: tuple[str, ...]
+    #: The recorded facts behind it, per config of the comparison.
+    provenance: tuple[Provenance, ...] = ()
+
+    @property
+    def provenance_text(self) -> str:
+        """``baseline: sglang_version 0.5.20 → 0.5.23 (c1 → c2); ...``, or "": configs
+        with nothing changed grouped by the campaigns compared."""
+        parts = [p.text for p in self.provenance if p.facts_changed or p.versus is not None]
+        quiet: dict[tuple[str, str], list[str]] = {}
+        for p in self.provenance:
+            if not p.facts_changed and p.versus is None and p.between is not None:
+                quiet.setdefault(p.between, []).append(p.config)
+        for (old, new), names in quiet.items():
+            parts.append(f"no recorded fact of {', '.join(names)} changed ({old} → {new})")
+        return "; ".join(parts)
 
     @property
     def text(self) -> str:
@@ -74,65 +116,134 @@ def best_evidence(b: Best) -> tuple[str, ...]:
     )
 
 
-def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion) -> list[Change]:
+def _earlier(table: Table, config: str, conc: int, cell: Cell) -> Cell | None:
+    """The config's cell at ``conc`` in the campaign before ``cell``'s."""
+    older = [c for c in table.cells_of(config, conc).values() if c.rank < cell.rank]
+    return max(older, key=lambda c: c.rank) if older else None
+
+
+def _provenance(used: list[Cell], table: Table, facts_of: FactsOf) -> tuple[Provenance, ...]:
+    """For each config of the cells a conclusion now rests on: its facts now
+    against its facts in the campaign it was measured in before (at those C)."""
+    pairs: dict[str, dict[tuple[str, str], None]] = {}
+    for cell in used:
+        prev = _earlier(table, cell.config, cell.concurrency, cell)
+        if prev is not None:
+            pairs.setdefault(cell.config, {})[(prev.campaign, cell.campaign)] = None
+    out = []
+    for config in sorted(pairs, key=table.config_order):
+        for old, new in pairs[config]:
+            out.append(Provenance(config, regressions.facts_changed(facts_of(config, old), facts_of(config, new)),
+                                  between=(old, new)))
+    return tuple(out)
+
+
+def _overtaken(cand: Candidate, before: WorkloadConclusion | None, table: Table,
+               facts_of: FactsOf) -> Provenance | None:
+    """A new candidate against the strongest config it now outdoes (peak throughput)."""
+    mine = table.peak(cand.config)
+    if mine is None:
+        return None
+    existing = before.configs if before is not None else table.configs
+    beaten = [(peak.mean, other, peak) for other in existing
+              if other != cand.config and (peak := table.peak(other)) is not None and peak.mean < mine.mean]
+    if not beaten:
+        return None
+    _, other, peak = max(beaten, key=lambda b: (b[0], b[1]))
+    here = table.cells_of(other, mine.concurrency).get(mine.campaign)
+    theirs = (here or peak).campaign
+    return Provenance(cand.config, regressions.facts_changed(facts_of(other, theirs), facts_of(cand.config, mine.campaign),
+                                                             one_sided=True), versus=other)
+
+
+def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion, table: Table | None = None,
+             facts_of: FactsOf | None = None) -> list[Change]:
     w = after.workload
     out: list[Change] = []
+
+    def prov(used: list[Cell], extra: Provenance | None = None) -> tuple[Provenance, ...]:
+        if table is None or facts_of is None:
+            return ()
+        found = _provenance(used, table, facts_of)
+        return ((extra,) if extra else ()) + found
+
     for attr, subject in (("latency", "latency best"), ("throughput", "throughput best")):
         new: Best | None = getattr(after, attr)
         old: Best | None = getattr(before, attr) if before else None
         if new is None:
             continue
         if old is None or (old.config, old.decisive) != (new.config, new.decisive):
-            out.append(Change(w, subject, best_label(old) if old else None, best_label(new), best_evidence(new)))
+            used = [new.lead.a, new.lead.b] if new.lead else [new.cell]
+            out.append(Change(w, subject, best_label(old) if old else None, best_label(new), best_evidence(new),
+                              prov(used)))
     for cand in after.candidates:
         prev = before.candidate(cand.config) if before else None
         if prev is None:
+            versus = _overtaken(cand, before, table, facts_of) if table is not None and facts_of else None
             out.append(
                 Change(w, f"policy of {cand.config}", None, policy_label(cand),
-                       tuple(describe(c) for c in cand.comparisons))
+                       tuple(describe(c) for c in cand.comparisons),
+                       prov([c.b for c in cand.comparisons], versus))
             )
             continue
         old_v = prev.verdicts
-        flipped = tuple(describe(c) for c in cand.comparisons if old_v.get(c.concurrency) != c.verdict)
+        flips = [c for c in cand.comparisons if old_v.get(c.concurrency) != c.verdict]
+        flipped = tuple(describe(c) for c in flips)
+        used = [x for c in (flips or list(cand.comparisons)) for x in (c.a, c.b)]
         if (prev.policy, prev.threshold) != (cand.policy, cand.threshold):
-            out.append(Change(w, f"policy of {cand.config}", policy_label(prev), policy_label(cand), flipped))
+            out.append(Change(w, f"policy of {cand.config}", policy_label(prev), policy_label(cand), flipped,
+                              prov(used)))
         elif flipped:
-            out.append(Change(w, f"verdicts of {cand.config}", policy_label(prev), "unchanged policy", flipped))
+            out.append(Change(w, f"verdicts of {cand.config}", policy_label(prev), "unchanged policy", flipped,
+                              prov(used)))
     return out
 
 
-def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None) -> list[Entry]:
+def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
+           found: list[regressions.Move] | None = None) -> list[Entry]:
     """Each campaign in turn, with the conclusions from all data up to it.
 
     The conclusions after campaign k are those of ``conclude(data.upto(k))``
     (less the cross-checks): a cell depends only on its own campaign's
     points, so the cells are derived once and added to per-workload tables
     campaign by campaign, instead of re-deriving every prefix of the store.
-    ``all_cells``: ``cells(data, rules)``, if the caller has them.
+    The baseline's steps (findings/regressions.py) leave its drift as they
+    become known: a step called thanks to a later campaign counts from then.
+    ``all_cells``: ``cells(data, rules)``, and ``found``: the moves, if the
+    caller has them.
     """
+    if all_cells is None:
+        all_cells = cells(data, rules)
+    if found is None:
+        found = regressions.analyse(data, rules, all_cells)
     by_rank: dict[int, list[Cell]] = {}
-    for cell in cells(data, rules) if all_cells is None else all_cells:
+    for cell in all_cells:
         by_rank.setdefault(cell.rank, []).append(cell)
     tables: dict[str, Table] = {}
     concluded: dict[str, WorkloadConclusion] = {}
     entries: list[Entry] = []
     previous: Conclusions | None = None
     for rank, campaign in enumerate(data.campaigns):
+        breaks = regressions.baseline_breaks(found, rules.baseline, upto=rank)
         new: dict[str, list[Cell]] = {}
         for cell in by_rank.get(rank, []):
             new.setdefault(cell.workload, []).append(cell)
         for workload, added in new.items():
             if workload in tables:
+                tables[workload].set_breaks(breaks.get(workload, {}))
                 tables[workload].add(added)
             else:
-                tables[workload] = Table(added, rules, verdicts_only=True)
+                tables[workload] = Table(added, rules, verdicts_only=True, breaks=breaks.get(workload))
             # A workload this campaign did not measure concludes as before.
             concluded[workload] = conclude_table(workload, tables[workload], cross=False)
         current = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
         changes: list[Change] = []
         for wc in current.workloads:
             old = previous.workload(wc.workload) if previous else None
-            changes.extend(_changes(old, wc))
+            if wc.workload in new or old is None:
+                changes.extend(_changes(old, wc, tables[wc.workload], data.facts_of))
+            else:
+                changes.extend(_changes(old, wc))
         entries.append(Entry(campaign=campaign, conclusions=current, changes=tuple(changes)))
         previous = current
     return entries

@@ -102,6 +102,10 @@ class Run:
     provenance: Mapping[str, Scalar] = field(default_factory=dict)
     #: Other input files, hashed (schema version 2).
     extra_inputs: tuple[Input, ...] = ()
+    #: Facts true of a config in one campaign only (schema version 3): a
+    #: configs table with a ``campaign`` column. They override ``configs``
+    #: for that campaign's points.
+    campaign_configs: Mapping[str, Mapping[str, Mapping[str, Scalar]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,17 @@ class Dataset:
 
     campaigns: tuple[Campaign, ...]  # in replay order
     points: tuple[Point, ...]
+    #: Each config's facts as of its latest campaign (what the document lists).
     configs: Mapping[str, Mapping[str, Scalar]]
     runs: tuple[Run, ...] = ()
+    #: (config, campaign) -> what the config's server reported in that
+    #: campaign: the facts of the runs holding its points there.
+    facts: Mapping[tuple[str, str], Mapping[str, Scalar]] = field(default_factory=dict)
+
+    def facts_of(self, config: str, campaign: str) -> Mapping[str, Scalar]:
+        """The config's facts in that campaign; else its latest known facts."""
+        found = self.facts.get((config, campaign))
+        return found if found is not None else self.configs.get(config, {})
 
     def campaign(self, name: str) -> Campaign:
         for c in self.campaigns:
@@ -132,4 +145,5 @@ class Dataset:
             points=tuple(p for p in self.points if p.campaign in keep),
             configs=self.configs,
             runs=self.runs,
+            facts={k: v for k, v in self.facts.items() if k[1] in keep},
         )

@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from findings import caveats, deploy, fmt, prose, views
+from findings import caveats, deploy, fmt, prose, regressions, views
 from findings.analysis import (Cell, Comparison, Conclusions, Rules, analysis_workload, campaign_comparisons,
-                               cells, conclude, workload_tables)
+                               cells)
 from findings.history import Entry, replay
 from findings.model import THROUGHPUT, Dataset, Point, Scalar
 from findings.validity import counts, flagged
@@ -308,7 +308,7 @@ def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], li
     for e in entries:
         if e.changes:
             changed.append({"number": len(changed) + 1, "campaign": e.campaign.name, "when": e.campaign.when,
-                            "changes": [c.text for c in e.changes]})
+                            "changes": [{"text": c.text, "facts": c.provenance_text} for c in e.changes]})
         else:
             unchanged.append(e.campaign.name)
     if not limit or (len(changed) <= limit and len(unchanged) <= limit):
@@ -316,6 +316,22 @@ def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], li
     earlier = {"changed": max(0, len(changed) - limit), "unchanged": max(0, len(unchanged) - limit),
                "first": entries[0].campaign.name}
     return changed[-limit:], unchanged[-limit:], earlier
+
+
+def _regressions(moves: list[regressions.Move], earlier: int) -> dict[str, Any]:
+    """The "Regressions and improvements" section: the steps as a table, and
+    the moves beyond the band left as drift, each with why."""
+    steps = [m for m in moves if m.is_step]
+    rows = tuple((m.workload, m.config, f"{m.kind} {fmt.pct(m.ratio - 1)}",
+                  regressions.c_range(list(m.concurrency), len(m.ratios)),
+                  f"{m.previous_campaign} → {m.campaign}",
+                  regressions.describe_facts(m.facts_changed) or "none recorded",
+                  m.reason) for m in steps)
+    table = Table(("Workload", "Config", "Change", "C", "Campaigns", "Recorded facts that changed", "Called because"),
+                  rows, ("left",) * 7)
+    drift = [f"{fmt.code(m.config)} on {fmt.code(m.workload)}, {fmt.code(m.previous_campaign)} → "
+             f"{fmt.code(m.campaign)}: {m.per_c()}; {fmt.text(m.reason)}" for m in moves if not m.is_step]
+    return {"steps": table if steps else None, "drift": drift, "earlier": earlier}
 
 
 ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
@@ -369,9 +385,9 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
     shown_names = {c.name for c in shown}
     flags = flagged(data, rules.gates)
     valid = cells(data, rules, flags)
-    tables = workload_tables(valid, rules)
-    conclusions = conclude(data, rules, valid, tables)
-    entries = replay(data, rules, valid)
+    done = regressions.conclude_with_steps(data, rules, valid)
+    found, tables, conclusions = done.moves, done.tables, done.conclusions
+    entries = replay(data, rules, valid, found)
     comps = campaign_comparisons(data, rules, valid, shown_names, tables)
     labels = Labels(data, rules)
     points = {p.id: p for p in data.points}
@@ -417,6 +433,8 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "slo": _slo_line(latest, slo) if slo.set else None,
             "goodput": _goodput(latest, slo) if slo.set else [],
             "policies": policies,
+            "baseline_moved": [done.baseline_moved[wc.workload][c.config].sentence(fmt.code, fmt.text)
+                               for c in wc.candidates if c.config in done.baseline_moved.get(wc.workload, {})],
             "deploy": [_deploy_block(d) for d in deployments if d.workload == wc.workload],
             "cross_checks": [x for c in cands if (x := prose.cross_check(c))],
             "verdicts": _verdict_table(conclusions, wc.workload, labels, marks),
@@ -459,6 +477,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
                             "first_when": hidden[0].when, "last": hidden[-1].name, "last_when": hidden[-1].when,
                             "points": sum(len(p) for c in hidden for p in by_campaign.get(c.name, {}).values())}
     appendix = _appendix(labels, flags, data, only_cited=bool(hidden))
+    moves_shown = [m for m in found if m.campaign in shown_names]
     n_unknown = sum(1 for p in data.points if counts(p).failures_unknown)
     return {
         "title": title,
@@ -493,6 +512,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "campaigns": campaigns,
         "appendix": appendix,
         "appendix_left_out": len(data.points) - len(appendix.rows),
+        "regressions": _regressions(moves_shown, len(found) - len(moves_shown)),
     }
 
 
@@ -506,7 +526,7 @@ def versus_best(data: Dataset, rules: Rules, workload: str, config: str, others:
     if not mine:
         return Table(("C",), (), ("right",))
     camp = max(mine, key=lambda c: c.rank).campaign
-    table = workload_tables(valid, rules)[workload]
+    table = regressions.tables(data, rules, valid)[workload]
     names = [*others, config]
     rows = []
     for conc in table.concurrencies:

@@ -20,7 +20,7 @@ from findings.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run, Sca
 #:   2: ``inputs``: every file the run was made from, hashed, with its role
 #:      (data, configs, environment, matrix), so that provenance covers the
 #:      configs table and environment file an ingest also read.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 KIND = "findings-run"
 
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
@@ -44,7 +44,16 @@ def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 #: Migrations from version N to N+1, applied in turn: {N: function}.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 kept facts per config for the whole run: they hold in every
+    campaign in which the run measured that config, which is what a run
+    without ``campaign_configs`` means in version 3 too."""
+    out = dict(doc)
+    out["schema_version"] = 3
+    return out
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def finite(v: int | float) -> bool:
@@ -107,6 +116,9 @@ def run_to_dict(run: Run) -> dict[str, Any]:
             {"name": c.name, "date": c.date, "order": c.order} for c in run.campaigns
         ],
         "configs": {k: dict(sorted(v.items())) for k, v in sorted(run.configs.items())},
+        **({"campaign_configs": {c: {k: dict(sorted(v.items())) for k, v in sorted(cfgs.items())}
+                                 for c, cfgs in sorted(run.campaign_configs.items())}}
+           if run.campaign_configs else {}),
         "points": points,
     }
 
@@ -245,6 +257,12 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
     configs: dict[str, Mapping[str, Scalar]] = {}
     for k, v in r.obj(doc.get("configs"), "configs").items():
         configs[r.name(k, "configs")] = r.scalars(v, f"configs.{k}")
+    per_campaign: dict[str, dict[str, Mapping[str, Scalar]]] = {}
+    for c, cfgs in r.obj(doc.get("campaign_configs", {}), "campaign_configs").items():
+        if c not in seen:
+            raise r.fail(f"campaign_configs.{c}", f"campaign {c!r} is not in 'campaigns'")
+        per_campaign[c] = {r.name(k, f"campaign_configs.{c}"): r.scalars(v, f"campaign_configs.{c}.{k}")
+                           for k, v in r.obj(cfgs, f"campaign_configs.{c}").items()}
     points = []
     source_file = src.get("path")
     fast = source_file is None or type(source_file) is str  # else every point takes the checked path
@@ -329,4 +347,5 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
         path=path,
         provenance=r.scalars(doc.get("provenance", {}), "provenance"),
         extra_inputs=tuple(extra),
+        campaign_configs=per_campaign,
     )

@@ -142,11 +142,20 @@ def merge(runs: list[Run]) -> Dataset:
         return max((rank[c.name] for c in run.campaigns), default=-1)
 
     configs: dict[str, dict[str, Scalar]] = {}
+    facts: dict[tuple[str, str], dict[str, Scalar]] = {}
     for run in sorted(runs, key=lambda r: (latest(r), r.run_id)):
-        for name, facts in run.configs.items():
-            configs.setdefault(name, {}).update(facts)
+        measured = {(p.config, p.campaign) for p in run.points}
+        for name, run_facts in run.configs.items():
+            configs.setdefault(name, {}).update(run_facts)
+        for campaign in sorted(run.campaign_configs, key=lambda n: rank[n]):
+            for name, run_facts in run.campaign_configs[campaign].items():
+                configs.setdefault(name, {}).update(run_facts)
+        for config, campaign in sorted(measured):
+            here = facts.setdefault((config, campaign), {})
+            here.update(run.configs.get(config, {}))
+            here.update(run.campaign_configs.get(campaign, {}).get(config, {}))
     points = tuple(p for run in runs for p in run.points)
-    return Dataset(campaigns=ordered, points=points, configs=configs, runs=tuple(runs))
+    return Dataset(campaigns=ordered, points=points, configs=configs, runs=tuple(runs), facts=facts)
 
 
 def load(store: Path) -> Dataset:

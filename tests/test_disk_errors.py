@@ -134,6 +134,11 @@ def test_ingest_on_a_read_only_store_and_every_read_path(disk: Disk, tmp_path: P
         line = one_line_error(findings("--store", str(st), "bench", str(matrix), "--log-dir", str(tmp_path / "logs"),
                                        "--no-progress", env=env))
         assert line.endswith("read-only file system; nothing was measured; the store is unchanged"), line
+        if kind == "tmpfs":  # a store not made yet on the read-only mount: refused, and nothing created
+            line = one_line_error(findings("--store", str(disk.root / "new"), "bench", str(matrix), "--log-dir",
+                                           str(tmp_path / "logs"), "--no-progress", env=env))
+            assert line == (f"Error: {disk.root}: cannot create the store there: read-only file system; "
+                            f"nothing was measured; the store is unchanged"), line
         assert not (tmp_path / "logs").exists()
     assert snapshot(st) == before and not (st / ".lock").exists()
 

@@ -20,7 +20,11 @@ This is the format of the hand-recorded seed results
 - any other column is a metric: a number, or empty.
 
 An optional configs CSV (``--configs``) has a ``config`` column and one
-column per fact; empty cells are facts not known.
+column per fact; empty cells are facts not known. An optional ``campaign``
+column makes a row's facts those of that campaign only (an engine upgraded
+between campaigns: ``baseline,c1,0.5.20`` and ``baseline,c2,0.5.23``); a
+row without one holds in every campaign. A campaign's row adds to, and
+overrides, the config's general row.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import replace
 from typing import Mapping
 
 from findings.errors import InputError
@@ -127,15 +132,24 @@ def _fact(text: str) -> Scalar:
     return text
 
 
-def read_configs(src: Source) -> dict[str, Mapping[str, Scalar]]:
+def read_configs(src: Source) -> tuple[dict[str, Mapping[str, Scalar]], dict[str, dict[str, Mapping[str, Scalar]]]]:
+    """The general facts per config, and those of single campaigns (campaign -> config -> facts)."""
     _, rows = _rows(src, ("config",))
     configs: dict[str, Mapping[str, Scalar]] = {}
+    per_campaign: dict[str, dict[str, Mapping[str, Scalar]]] = {}
     for line, row, _raw in rows:
         name = _name(src, line, "config", row["config"])
+        facts = {k: _fact(v) for k, v in row.items() if k not in ("config", "campaign") and v != ""}
+        if row.get("campaign"):
+            campaign = _name(src, line, "campaign", row["campaign"])
+            if name in per_campaign.get(campaign, {}):
+                raise InputError(src.path, line, "config", f"config {name!r} listed twice for campaign {campaign!r}")
+            per_campaign.setdefault(campaign, {})[name] = facts
+            continue
         if name in configs:
             raise InputError(src.path, line, "config", f"config {name!r} listed twice")
-        configs[name] = {k: _fact(v) for k, v in row.items() if k != "config" and v != ""}
-    return configs
+        configs[name] = facts
+    return configs, per_campaign
 
 
 def read(
@@ -147,13 +161,16 @@ def read(
 ) -> Run:
     """Parse and validate a whole table; raise InputError on the first fault."""
     header, rows = _rows(src, REQUIRED)
-    configs = read_configs(configs_src) if configs_src else {}
+    configs, per_campaign = read_configs(configs_src) if configs_src else ({}, {})
+    known = set(configs) | {n for cfgs in per_campaign.values() for n in cfgs}
     rid = run_id(NAME, src.sha256)
     campaigns: dict[str, Campaign] = {}
     first_line: dict[str, int] = {}
     points: list[Point] = []
     hashes: set[str] = set()
+    named: set[str] = set()
     for line, row, raw in rows:
+        named.add(row["campaign"])
         h = line_hash(raw)
         if h in skip_lines:
             continue
@@ -161,7 +178,7 @@ def read(
             raise InputError(src.path, line, None, "this row repeats an earlier row exactly")
         campaign = _name(src, line, "campaign", row["campaign"])
         config = _name(src, line, "config", row["config"])
-        if configs_src is not None and config not in configs:
+        if configs_src is not None and config not in known:
             raise InputError(src.path, line, "config", f"config {config!r} is not in {configs_src.path}")
         order = _int(src, line, "order", row["order"], 0) if row.get("order") else None
         date = row.get("date") or None
@@ -224,9 +241,15 @@ def read(
     if not points:
         raise InputError(src.path, None, None, "every row was already ingested; nothing to add")
     used = {p.config for p in points}
-    return make_run(
+    measured = {(p.campaign, p.config) for p in points}
+    for campaign in per_campaign:
+        if campaign not in named and configs_src is not None:
+            raise InputError(configs_src.path, None, "campaign", f"campaign {campaign!r} is not in {src.path}")
+    run = make_run(
         src, NAME, VERSION, source, environment=environment or {},
         campaigns=tuple(campaigns[n] for n in sorted(campaigns, key=lambda n: first_line[n])),
         configs={k: v for k, v in configs.items() if k in used}, points=points, hashes=hashes,
         extra_inputs=(Input(configs_src.path, configs_src.sha256, "configs"),) if configs_src else (),
     )
+    kept = {c: {k: v for k, v in cfgs.items() if (c, k) in measured} for c, cfgs in per_campaign.items()}
+    return replace(run, campaign_configs={c: cfgs for c, cfgs in kept.items() if cfgs})

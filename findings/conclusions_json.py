@@ -62,6 +62,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
             caveats: Callable[[Comparison], tuple[str, ...]] | None = None,
             failures_unknown: list[str] | None = None,
             steps: list[regressions.Move] | None = None,
+            drift: list[regressions.Move] | None = None,
             baseline_moved: dict[str, dict[str, regressions.BaselineMoved]] | None = None) -> dict[str, Any]:
     """``caveats``: why a comparison's verdict is not a deployment fact
     (findings/caveats.py); ``failures_unknown``: ids of the points whose
@@ -101,6 +102,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
         "failures_unknown": sorted(failures_unknown or []),
         "workloads": workloads,
         "regressions": [regressions.to_json(m) for m in steps or []],
+        "drift": [regressions.to_json(m) for m in drift or []],
         "history": [
             {
                 "campaign": e.campaign.name,

@@ -206,7 +206,7 @@ def derive(data: Dataset, settings: Settings) -> Side:
     return Side(
         data=data,
         json=to_json(done.conclusions, replay(data, rules, valid, done.moves), steps=done.steps,
-                     baseline_moved=done.baseline_moved),
+                     drift=done.drift, baseline_moved=done.baseline_moved),
         cells={(c.campaign, c.workload, c.config, c.concurrency): c for c in cells(data)},
         tables={
             (campaign, workload, comp.a.config, comp.concurrency): comp

@@ -117,6 +117,7 @@ def conclusions(settings: Settings) -> dict[str, Any]:
     done = regressions.conclude_with_steps(data, settings.rules, valid)
     return to_json(done.conclusions, replay(data, settings.rules, valid, done.moves), flags,
                    caveats=why, failures_unknown=failures_unknown(data), steps=done.steps,
+                   drift=done.drift,
                    baseline_moved=done.baseline_moved)
 
 

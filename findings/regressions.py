@@ -437,6 +437,10 @@ class Concluded:
     def steps(self) -> list[Move]:
         return steps(self.moves)
 
+    @property
+    def drift(self) -> list[Move]:
+        return [m for m in self.moves if not m.is_step]
+
 
 def conclude_with_steps(data: Dataset, rules: Rules, all_cells: list[Cell]) -> Concluded:
     found = analyse(data, rules, all_cells)

@@ -329,9 +329,17 @@ def _regressions(moves: list[regressions.Move], earlier: int) -> dict[str, Any]:
                   m.reason) for m in steps)
     table = Table(("Workload", "Config", "Change", "C", "Campaigns", "Recorded facts that changed", "Called because"),
                   rows, ("left",) * 7)
+    drifts = [m for m in moves if not m.is_step]
+    latest = sorted(sorted(drifts, key=lambda m: -m.rank)[:DRIFT_LISTED],
+                    key=lambda m: (m.workload, m.config, m.rank))
     drift = [f"{fmt.code(m.config)} on {fmt.code(m.workload)}, {fmt.code(m.previous_campaign)} → "
-             f"{fmt.code(m.campaign)}: {m.per_c()}; {fmt.text(m.reason)}" for m in moves if not m.is_step]
-    return {"steps": table if steps else None, "drift": drift, "earlier": earlier}
+             f"{fmt.code(m.campaign)}: {m.per_c()}; {fmt.text(m.reason)}" for m in latest]
+    return {"steps": table if steps else None, "drift": drift, "earlier": earlier,
+            "drift_total": len(drifts)}
+
+
+#: Moves left as drift listed in the document (the latest; the JSON has them all).
+DRIFT_LISTED = 12
 
 
 ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}

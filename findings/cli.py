@@ -203,20 +203,31 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
 @click.option("--api-key", envvar="FINDINGS_API_KEY", default=None,
               help="Bearer token for the server (or $FINDINGS_API_KEY). Never stored.")
 @click.option("--no-progress", is_flag=True, help="No progress bar, only one line per point.")
+@click.option("--until-decided", is_flag=True,
+              help="Matrix mode: launch a campaign's servers together and repeat each point, candidate and "
+                   "baseline in turn, until the comparison is decided (docs/plan.md).")
+@click.option("--max-repeats", type=click.IntRange(min=2), default=10, show_default=True,
+              help="--until-decided: repeats per config and C at most.")
+@click.option("--max-minutes", type=click.FloatRange(min=0), default=None, metavar="M",
+              help="--until-decided: stop repeating after M minutes.")
 @click.pass_obj
 def bench(obj: Context, matrix: str | None, url: str | None, config: str | None, campaign: str | None,
           workload: str | None, concurrency: tuple[int, ...], num_prompts: int, input_len: int,
           output_len: int, prompts: str | None, ignore_eos: bool, api: str, transport: str, repeats: int, warmup: int,
           seed: int, read_timeout: float, no_flush_cache: bool, date: str | None, campaign_suffix: str,
-          log_dir: str | None, api_key: str | None, no_progress: bool) -> None:
+          log_dir: str | None, api_key: str | None, no_progress: bool, until_decided: bool, max_repeats: int,
+          max_minutes: float | None) -> None:
     """Run a benchmark matrix (MATRIX.toml), or attach to a server with --url."""
     from findings.bench import runner
     from findings.bench.matrix import Sweep
     from findings.bench.workload import Workload
 
     s = _run(obj.settings)
+    if until_decided and matrix is None:
+        raise click.UsageError("--until-decided needs a MATRIX (a campaign with the baseline and candidates)")
     opts = _run(runner.options, s, date=date, campaign_suffix=campaign_suffix, log_dir=log_dir,
-                api_key=api_key, progress=not no_progress)
+                api_key=api_key, progress=not no_progress, until_decided=until_decided, max_repeats=max_repeats,
+                max_minutes=max_minutes)
     if matrix is not None:
         if url is not None:
             raise click.UsageError("give either MATRIX or --url, not both")
@@ -324,6 +335,26 @@ def deploy_cmd(obj: Context, workload: str | None, config: str | None, engine: s
     s = _run(obj.settings)
     click.echo(_run(document.deploy, s, workload=workload, config=config, engine=engine, out=Path(out),
                     as_json=as_json, steps=steps, draft_model=draft_model))
+
+
+@main.command("plan")
+@click.option("--workload", default=None, help="Only this workload.")
+@click.option("--config", default=None, help="Only this config's questions.")
+@click.option("--kind", type=click.Choice(["threshold", "undecided", "missing-pair", "stale"]), default=None,
+              help="Only this kind of question.")
+@click.option("--budget-minutes", type=click.FloatRange(min=0), default=None, metavar="M",
+              help="Fit the estimate into M minutes of measurement: fewer repeats, then fewer questions.")
+@click.option("--output", default=None, metavar="MATRIX.toml", help="Write the matrix that answers them here.")
+@click.option("--from-matrix", default=None, metavar="FILE",
+              help="Take launch lines and workloads from this matrix (default: the one the store records).")
+@click.option("--json", "as_json", is_flag=True, help="Print the stable JSON shape (docs/plan.md).")
+@click.pass_obj
+def plan_cmd(obj: Context, workload: str | None, config: str | None, kind: str | None,
+             budget_minutes: float | None, output: str | None, from_matrix: str | None, as_json: bool) -> None:
+    """What to measure next: the open questions of the conclusions and the matrix that answers them."""
+    s = _run(obj.settings)
+    click.echo(_run(document.plan, s, workload=workload, config=config, kind=kind, budget_minutes=budget_minutes,
+                    output=output, from_matrix=from_matrix, as_json=as_json))
 
 
 @main.group("store")

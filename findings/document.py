@@ -10,11 +10,12 @@ from typing import Any
 
 from findings import caveats, diskio, fmt, pivot, regressions, render, report, store
 from findings import deploy as deploy_lib
-from findings.analysis import Comparison, cells, conclude
+from findings.analysis import SIMULATED_SUFFIX, Comparison, cells, conclude
 from findings.conclusions_json import to_json
 from findings.errors import FindingsError
 from findings.history import replay
 from findings.prose import latency, policy, throughput
+from findings.model import Dataset
 from findings.settings import Settings
 from findings.validity import failures_unknown, flagged
 
@@ -199,3 +200,97 @@ def deploy(settings: Settings, *, workload: str | None = None, config: str | Non
 
 def _write_atomic(path: Path, text: str) -> None:
     diskio.write_replace(path, text)
+
+
+def _recorded_matrix(settings: Settings, data: Dataset, configs: set[str]) -> tuple[Path | None, str]:
+    """The matrix file that measured ``configs`` most recently, as recorded
+    in the store (path and sha256), if it is still there unchanged; else
+    None and why."""
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    best: tuple[int, Any] | None = None
+    for run in data.runs:
+        m = next((i for i in run.extra_inputs if i.role == "matrix"), None)
+        if m is None or not any(p.config in configs for p in run.points):
+            continue
+        r = max((rank.get(c.name, -1) for c in run.campaigns), default=-1)
+        if best is None or r > best[0]:
+            best = (r, m)
+    if best is None:
+        return None, "no run of these configs records the matrix that measured it (an import): pass --from-matrix"
+    m = best[1]
+    for candidate in (Path(m.path), settings.root / m.path, Path.cwd() / m.path):
+        if candidate.is_file():
+            import hashlib
+            if hashlib.sha256(candidate.read_bytes()).hexdigest() != m.sha256:
+                return None, (f"{m.path} changed since it measured these configs (sha256 differs): "
+                              f"pass --from-matrix to use it anyway, or another")
+            return candidate, ""
+    return None, f"{m.path}, the matrix that measured these configs, is not there: pass --from-matrix"
+
+
+def plan(settings: Settings, *, workload: str | None = None, config: str | None = None, kind: str | None = None,
+         budget_minutes: float | None = None, output: str | None = None, from_matrix: str | None = None,
+         as_json: bool = False) -> str:
+    """``findings plan``: the open questions, the estimate, and the matrix that answers them."""
+    from findings import plan as plan_lib
+    data = store.load(settings.store)
+    flags = flagged(data, settings.rules.gates)
+    done = regressions.conclude_with_steps(data, settings.rules, cells(data, settings.rules, flags))
+    known = {w.workload for w in done.conclusions.workloads}
+    if workload is not None and workload not in known and f"{workload}{SIMULATED_SUFFIX}" not in known:
+        raise FindingsError(f"--workload {workload!r}: no such workload (known: {', '.join(sorted(known)) or 'none'})")
+    qs = [q for q in plan_lib.questions(data, settings.rules, done)
+          if plan_lib.keep(q, workload, config, kind)]
+    source = None
+    why_not = "no open question" if not qs else ""
+    if qs:
+        if from_matrix is not None:
+            path: Path | None = Path(from_matrix)
+        else:
+            path, why_not = _recorded_matrix(settings, data, {c for q in qs for c in q.configs})
+        if path is not None:
+            from findings.bench.matrix import parse
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise FindingsError(f"{path}: cannot read: {diskio.cause(exc)}") from None
+            source = parse(str(path), text)
+    qs = plan_lib.estimate(qs, data, source.workloads if source else {})
+    result = plan_lib.within_budget(qs, budget_minutes)
+    matrix = None
+    if source is not None and result.questions:
+        header = (f"findings plan: {len(result.questions)} open question(s) of the store {_label(settings)}, "
+                  f"most decisive first,\nwith the configs and workloads of {source.path}.\n"
+                  f"Run: findings --store {_label(settings)} bench THIS-FILE"
+                  f"{' --until-decided' if any(q.kind == 'undecided' for q in result.questions) else ''}")
+        try:
+            matrix = plan_lib.matrix_toml(result, source, header)
+        except KeyError as exc:
+            why_not = f"{source.path} has no {exc.args[0]}: pass --from-matrix with a matrix that has them"
+    if output is not None:
+        if matrix is None:
+            raise FindingsError(f"--output {output}: no matrix to write: {why_not or 'nothing to measure'}")
+        diskio.write_replace(Path(output), matrix)
+    if as_json:
+        return json.dumps(plan_lib.to_json(result, matrix, why_not or None), indent=2, ensure_ascii=False)
+    return _plan_text(result, matrix, output, why_not, plan_lib)
+
+
+def _plan_text(result: Any, matrix: str | None, output: str | None, why_not: str, plan_lib: Any) -> str:
+    if not result.questions:
+        return "no open question: nothing to measure" + (
+            f" within the budget ({len(result.left_out)} left out)" if result.left_out else "")
+    reqs = "unknown" if result.requests is None else str(result.requests)
+    mins = "unknown (the store records no durations)" if result.minutes is None else f"{result.minutes:g}"
+    lines = [f"{len(result.questions)} open question(s), most decisive first; estimate: {reqs} requests, "
+             f"{mins} minutes of measurement (server start-up not included)"]
+    lines += [f"- {plan_lib.line(q)}" for q in result.questions]
+    lines += [f"left out for the budget: {plan_lib.line(q)}" for q in result.left_out]
+    lines += [f"note: {n}" for n in result.notes]
+    if output is not None:
+        lines.append(f"matrix written to {output}")
+    elif matrix is None:
+        lines.append(f"no matrix: {why_not}")
+    else:
+        lines.append("matrix: pass --output FILE to write it")
+    return "\n".join(lines)

@@ -7,6 +7,7 @@ only format. Table cells are raw strings; the renderer escapes them.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -338,6 +339,23 @@ def _regressions(moves: list[regressions.Move], earlier: int) -> dict[str, Any]:
             "drift_total": len(drifts)}
 
 
+def _questions(data: Dataset, rules: Rules, done: regressions.Concluded, store_label: str) -> list[dict[str, str]]:
+    """The "Open questions" section: each question in one line, and the
+    commands that answer it (findings plan, then findings bench)."""
+    from findings import plan
+    recorded = {p.config for r in data.runs if any(i.role == "matrix" for i in r.extra_inputs) for p in r.points}
+    out = []
+    for q in plan.questions(data, rules, done):
+        src = "" if set(q.configs) <= recorded else " --from-matrix MATRIX.toml"
+        until = " --until-decided" if q.kind == "undecided" else ""
+        st = shlex.quote(store_label)
+        command = (f"findings --store {st} plan --workload {shlex.quote(q.base_workload)} "
+                   f"--config {shlex.quote(q.config)} --kind {q.kind}{src} --output build/plan.toml && "
+                   f"findings --store {st} bench build/plan.toml{until}")
+        out.append({"line": plan.line(q), "command": command})
+    return out
+
+
 #: Moves left as drift listed in the document (the latest; the JSON has them all).
 DRIFT_LISTED = 12
 
@@ -521,6 +539,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "appendix": appendix,
         "appendix_left_out": len(data.points) - len(appendix.rows),
         "regressions": _regressions(moves_shown, len(found) - len(moves_shown)),
+        "questions": _questions(data, rules, done, store_label),
     }
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from findings import __version__, diskio, serverinfo, store
+from findings import __version__, diskio, sequential, serverinfo, store
 from findings.bench import host, launch
 from findings.bench.client import PointPlan, run_point
 from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
@@ -48,15 +48,30 @@ class BenchOptions:
     progress: bool = True
     root: Path | None = None  # for the git commit in provenance
     matrix: Path | None = None  # the matrix file, hashed into each run's inputs
+    until_decided: UntilDecided | None = None
     # Computed once per invocation by run_matrix, not once per point:
     commit: str | None = None  # git commit of the findings repo
     matrix_input: Input | None = None
+
+
+@dataclass(frozen=True)
+class UntilDecided:
+    """``--until-decided``: repeat each point until its comparison with the
+    baseline is decided (findings/sequential.py), within these limits."""
+
+    baseline: str
+    noise_floor: float
+    confidence: float
+    max_repeats: int = 10
+    max_minutes: float | None = None
 
 
 @dataclass
 class BenchReport:
     written: list[Path] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: --until-decided: one line per candidate and point.
+    decisions: list[str] = field(default_factory=list)
     interrupted: bool = False
     #: The labels of the stored points ("baseline chat C=4 rep 1/1"), in order.
     labels: list[str] = field(default_factory=list)
@@ -72,7 +87,8 @@ class BenchReport:
             n = len(self.written)
             head = (f"stopped at the first refused write: stored {n} point{'' if n == 1 else 's'}{where}"
                     + (f" ({'; '.join(self.labels)})" if self.labels else ""))
-        return "\n".join([head] + [f"problem: {p}" for p in self.problems])
+        return "\n".join([head] + [f"sequential: {d}" for d in self.decisions]
+                         + [f"problem: {p}" for p in self.problems])
 
 
 class _Stopped(Exception):
@@ -317,51 +333,137 @@ def _point_line(label: str, outcome: PointOutcome) -> str:
     return ", ".join(parts)
 
 
+class _Driver:
+    """One server's client side for a sweep: its transport, progress line and
+    metrics scrapes; ``point`` measures and stores one point."""
+
+    def __init__(self, target: _Target, sweep: Sweep, opts: BenchOptions, report: BenchReport,
+                 environment: dict[str, Scalar]) -> None:
+        self.target, self.sweep, self.opts, self.report, self.environment = target, sweep, opts, report, environment
+        self.transport = make_transport(sweep.transport, target.url, max(sweep.concurrency), sweep.read_timeout_s,
+                                        opts.api_key)
+        self.progress = Progress(opts.progress)
+
+    async def scrape(self) -> dict[str, float] | None:
+        return parse_prometheus(await asyncio.to_thread(self.target.control.metrics_text))
+
+    async def sample(self) -> float | None:
+        return running_gauge(await self.scrape())
+
+    async def point(self, campaign: Campaign, w: Workload, c: int, repeat: int, of: int | str) -> PointOutcome:
+        """Measure and store one point; raise _Stopped if the store refused it,
+        _Gone if the server died."""
+        target, sweep = self.target, self.sweep
+        n = w.requests_at(c)
+        salt = c * 1000 + repeat
+        prompts = tuple(make_prompts(w, n, salt=salt, ids=False))
+        warm = tuple(make_prompts(w, sweep.warmup, salt=-salt)) if sweep.warmup else ()
+        plan = PointPlan(api=sweep.api, concurrency=c, prompts=prompts, warmup=warm,
+                         output_len=w.output_len, model=target.model, ignore_eos=w.ignore_eos,
+                         rid_prefix=f"{campaign.name}-{target.spec.name}-{c}-{repeat}-{time.time_ns()}")
+        if sweep.flush_cache:
+            await asyncio.to_thread(target.control.flush_cache)
+        label = f"{target.spec.name} {w.name} C={c} rep {repeat}/{of}"
+        started_wall = _now_iso()
+        self.progress.start(label, n)
+        outcome = await run_point(self.transport, plan, self.progress.tick, self.scrape, self.sample)
+        self.progress.end(_point_line(label, outcome))
+        run = _point_run(self.opts, target, campaign, w, sweep, c, repeat, outcome, started_wall, self.environment)
+        try:
+            path = store.add_run(self.opts.store, run)
+        except diskio.DiskError as exc:
+            _refused(self.opts, self.report, run, label, exc)
+            raise _Stopped from None
+        self.report.written.append(path)
+        self.report.labels.append(label)
+        if _server_gone(target, outcome):
+            self.report.problems.append(_gone_message(target))
+            raise _Gone
+        return outcome
+
+
+class _Gone(Exception):
+    """The server of a sweep died: that sweep ends (the points so far are stored)."""
+
+
 async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec, workloads: list[Workload],
                         opts: BenchOptions, report: BenchReport, environment: dict[str, Scalar]) -> None:
     sweep = spec.sweep
-    top = max(sweep.concurrency)
-    transport = make_transport(sweep.transport, target.url, top, sweep.read_timeout_s, opts.api_key)
-    await transport.start()
-    progress = Progress(opts.progress)
-
-    async def scrape() -> dict[str, float] | None:
-        return parse_prometheus(await asyncio.to_thread(target.control.metrics_text))
-
-    async def sample() -> float | None:
-        return running_gauge(await scrape())
+    driver = _Driver(target, sweep, opts, report, environment)
+    await driver.transport.start()
     try:
         for w in workloads:
             for c in sweep.concurrency:
                 for repeat in range(1, sweep.repeats + 1):
-                    n = w.requests_at(c)
-                    salt = c * 1000 + repeat
-                    prompts = tuple(make_prompts(w, n, salt=salt, ids=False))
-                    warm = tuple(make_prompts(w, sweep.warmup, salt=-salt)) if sweep.warmup else ()
-                    plan = PointPlan(api=sweep.api, concurrency=c, prompts=prompts, warmup=warm,
-                                     output_len=w.output_len, model=target.model, ignore_eos=w.ignore_eos,
-                                     rid_prefix=f"{campaign.name}-{target.spec.name}-{c}-{repeat}-{time.time_ns()}")
-                    if sweep.flush_cache:
-                        await asyncio.to_thread(target.control.flush_cache)
-                    label = f"{target.spec.name} {w.name} C={c} rep {repeat}/{sweep.repeats}"
-                    started_wall = _now_iso()
-                    progress.start(label, n)
-                    outcome = await run_point(transport, plan, progress.tick, scrape, sample)
-                    progress.end(_point_line(label, outcome))
-                    run = _point_run(opts, target, campaign, w, sweep, c, repeat, outcome, started_wall,
-                                     environment)
-                    try:
-                        path = store.add_run(opts.store, run)
-                    except diskio.DiskError as exc:
-                        _refused(opts, report, run, label, exc)
-                        raise _Stopped from None
-                    report.written.append(path)
-                    report.labels.append(label)
-                    if _server_gone(target, outcome):
-                        report.problems.append(_gone_message(target))
-                        return
+                    await driver.point(campaign, w, c, repeat, sweep.repeats)
+    except _Gone:
+        return
     finally:
-        await transport.close()
+        await driver.transport.close()
+
+
+async def _sweep_until_decided(targets: dict[str, _Target], campaign: Campaign, spec: CampaignSpec,
+                               workloads: list[Workload], opts: BenchOptions, report: BenchReport,
+                               environment: dict[str, Scalar], bands: Callable[[Workload, int, bool], float]) -> None:
+    """Every candidate against the baseline, at each workload and C: repeat
+    in alternating order (baseline first in odd rounds, last in even ones)
+    until findings.sequential decides, or the repeats or minutes run out."""
+    until = opts.until_decided
+    assert until is not None
+    base = until.baseline
+    drivers = {name: _Driver(t, spec.sweep, opts, report, environment) for name, t in targets.items()}
+    for driver in drivers.values():
+        await driver.transport.start()
+    deadline = time.monotonic() + until.max_minutes * 60 if until.max_minutes else None
+    try:
+        for w in workloads:
+            for c in spec.sweep.concurrency:
+                band = bands(w, c, targets[base].simulated)
+                values: dict[str, list[float]] = {name: [] for name in targets}
+                open_ = [name for name in targets if name != base]
+                for r in range(1, until.max_repeats + 1):
+                    order = [base, *open_] if r % 2 else [*open_, base]
+                    for name in order:
+                        outcome = await drivers[name].point(campaign, w, c, r, f"≤{until.max_repeats}")
+                        tput = derive(outcome).get("output_throughput_tok_s")
+                        if tput is None:
+                            report.problems.append(f"{name} {w.name} C={c}: every request failed; "
+                                                   f"no sequential decision at this C")
+                            raise _Gone
+                        values[name].append(tput)
+                    still = []
+                    for name in open_:
+                        dec = sequential.decide(values[name], values[base], band, until.confidence,
+                                                until.max_repeats - 1)
+                        if dec.verdict is not None:
+                            report.decisions.append(_decision_line(name, base, w, c, dec, band))
+                        else:
+                            still.append(name)
+                    open_ = still
+                    out_of_time = deadline is not None and time.monotonic() > deadline
+                    if not open_ or out_of_time:
+                        break
+                for name in open_:
+                    dec = sequential.decide(values[name], values[base], band, until.confidence,
+                                            until.max_repeats - 1)
+                    why = "the minutes ran out" if deadline is not None and time.monotonic() > deadline \
+                        else f"{until.max_repeats} repeats"
+                    report.decisions.append(_decision_line(name, base, w, c, dec, band, undecided=why))
+                if deadline is not None and time.monotonic() > deadline:
+                    return
+    except _Gone:
+        return
+    finally:
+        for driver in drivers.values():
+            await driver.transport.close()
+
+
+def _decision_line(name: str, base: str, w: Workload, c: int, d: sequential.Decision, band: float,
+                   undecided: str | None = None) -> str:
+    what = f"undecided after {d.repeats} repeats each ({undecided})" if undecided else \
+        f"decided {d.verdict} after {d.repeats} repeats each"
+    return (f"{name} vs {base} {w.name} C={c}: {what}: ratio {d.ratio - 1:+.1%}, sequential "
+            f"{d.level:.2%} interval {d.lo - 1:+.1%}…{d.hi - 1:+.1%}, band ±{band:.1%}")
 
 
 def _server_gone(target: _Target, outcome: PointOutcome) -> bool:
@@ -420,9 +522,18 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
         store.writable(opts.store)
     except diskio.DiskError as exc:
         raise exc.with_outcome("nothing was measured; the store is unchanged") from None
+    if opts.until_decided is not None:
+        base = opts.until_decided.baseline
+        lacking = [c.name for c in matrix.campaigns if base not in c.configs or len(c.configs) < 2]
+        if lacking:
+            raise FindingsError(f"--until-decided compares candidates with the baseline {base!r}: campaign "
+                                f"{lacking[0]!r} needs it and at least one candidate")
     try:
         for index, spec in enumerate(matrix.campaigns):
             campaign = _campaign(spec.name + opts.campaign_suffix, opts, index, stamp)
+            if opts.until_decided is not None:
+                _until_decided_campaign(matrix, spec, campaign, opts, report, environment)
+                continue
             for cname in spec.configs:
                 try:
                     target = _connect(matrix.configs[cname], spec.sweep, opts)
@@ -445,6 +556,50 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
     except _Stopped:
         pass
     return report
+
+
+def _until_decided_campaign(matrix: Matrix, spec: CampaignSpec, campaign: Campaign, opts: BenchOptions,
+                            report: BenchReport, environment: dict[str, Scalar]) -> None:
+    """All of a campaign's servers at once (so that the configs can
+    alternate), then the sequential sweep, then every server stopped."""
+    targets: dict[str, _Target] = {}
+    try:
+        for cname in spec.configs:
+            try:
+                targets[cname] = _connect(matrix.configs[cname], spec.sweep, opts)
+            except diskio.DiskError as exc:
+                if not report.written:
+                    raise
+                report.problems.append(str(exc))
+                report.stopped = True
+                raise _Stopped from None
+            _check_store(targets[cname], opts)
+        workloads = [matrix.workloads[w] for w in spec.workloads]
+        asyncio.run(_sweep_until_decided(targets, campaign, spec, workloads, opts, report, environment,
+                                         _bands(opts)))
+    finally:
+        for target in targets.values():
+            target.control.close()
+            if target.server is not None:
+                target.server.stop()
+
+
+def _bands(opts: BenchOptions) -> Callable[[Workload, int, bool], float]:
+    """The band the document would use at (workload, C): the noise floor or the
+    baseline's drift across the store's campaigns (its steps left out)."""
+    from findings import regressions
+    from findings.analysis import Rules, analysis_workload, cells
+
+    until = opts.until_decided
+    assert until is not None
+    rules = Rules(baseline=until.baseline, noise_floor=until.noise_floor, confidence=until.confidence)
+    data = store.load(opts.store) if opts.store.exists() else None
+    tables = regressions.tables(data, rules, cells(data, rules)) if data is not None and data.points else {}
+
+    def band(w: Workload, c: int, simulated: bool) -> float:
+        table = tables.get(analysis_workload(w.name, simulated))
+        return max(until.noise_floor, table.drift.get(c, 0.0) if table is not None else 0.0)
+    return band
 
 
 def bench_file(path: str, opts: BenchOptions) -> BenchReport:
@@ -472,7 +627,8 @@ def bench_attach(url: str, config: str, campaign: str, workload: Workload, sweep
 
 
 def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_dir: str | None,
-            api_key: str | None, progress: bool) -> BenchOptions:
+            api_key: str | None, progress: bool, until_decided: bool = False, max_repeats: int = 10,
+            max_minutes: float | None = None) -> BenchOptions:
     """Runner options from the settings and the command line."""
     from findings.schema import valid_date
     day = date or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
@@ -482,4 +638,7 @@ def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_d
                         home_simulated=settings.simulated_store,
                         log_dir=Path(log_dir) if log_dir else settings.root / "build" / "logs",
                         date=day, campaign_suffix=campaign_suffix, api_key=api_key, progress=progress,
-                        root=settings.root)
+                        root=settings.root,
+                        until_decided=UntilDecided(settings.rules.baseline, settings.rules.noise_floor,
+                                                   settings.rules.confidence, max_repeats, max_minutes)
+                        if until_decided else None)

@@ -357,6 +357,22 @@ def plan_cmd(obj: Context, workload: str | None, config: str | None, kind: str |
                     output=output, from_matrix=from_matrix, as_json=as_json))
 
 
+@main.command("export")
+@click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "parquet"]), default="csv", show_default=True,
+              help="The file format.")
+@click.option("--requests", is_flag=True, help="The per-request records instead of one row per point.")
+@click.option("--output", default=None, metavar="PATH", help="Write here (atomically) instead of standard output.")
+@click.option("--force", is_flag=True, help="Replace --output if it exists.")
+@click.pass_obj
+def export_cmd(obj: Context, fmt: str, requests: bool, output: str | None, force: bool) -> None:
+    """The store as a table (the columns of findings.frame, docs/frame.md); needs the [pandas] extra."""
+    from findings import dataframe
+
+    s = _run(obj.settings)
+    text = _run(dataframe.export, s.store, s.rules.gates, fmt, requests, output, force)
+    click.echo(text, nl=output is not None)
+
+
 @main.group("store")
 def store_group() -> None:
     """Inspect the results store."""

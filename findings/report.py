@@ -194,6 +194,7 @@ def _chart(campaign: str, workload: str, mine: list[Cell], rules: Rules) -> dict
     return {
         "block": views.mermaid_xychart(f"{campaign}: {workload}, output tok/s by concurrency", xs, series),
         "legend": plotted,
+        "colours": views.colour_names(len(plotted)),
         "left_out": [n for n in configs if n not in plotted],
         # For the optional SVG plot: every config, gaps where it was not measured.
         "xs": xs,

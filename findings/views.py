@@ -126,17 +126,39 @@ def mermaid_safe(text: str) -> str:
     return _SAFE.sub("_", text)[:80]
 
 
+#: Line colours, in series order, with the names the legend gives them. mermaid's
+#: default xychart palette starts with a near-white lavender that vanishes on
+#: a white page (seen rendering with mermaid 11.17.2, GitHub's version); these
+#: are matplotlib's tab10, readable on white and on GitHub's dark theme.
+PALETTE = (("blue", "#1f77b4"), ("orange", "#ff7f0e"), ("green", "#2ca02c"), ("red", "#d62728"),
+           ("purple", "#9467bd"), ("brown", "#8c564b"), ("pink", "#e377c2"), ("grey", "#7f7f7f"),
+           ("olive", "#bcbd22"), ("cyan", "#17becf"))
+
+
+def colour_names(n: int) -> list[str]:
+    """The legend's colour name of each of ``n`` series (the palette repeats)."""
+    return [PALETTE[i % len(PALETTE)][0] for i in range(n)]
+
+
 def mermaid_xychart(title: str, xs: Sequence[int], series: Sequence[tuple[str, Sequence[float]]],
                     y_label: str = "output tokens/s") -> str:
-    """A GitHub-renderable ``xychart-beta`` block: one line per series."""
+    """A GitHub-renderable ``xychart-beta`` block: one line per series, in
+    the colours of PALETTE (set in the block's front matter)."""
     top = max((y for _, ys in series for y in ys), default=1.0)
     ceiling = 10 ** math.floor(math.log10(top)) if top > 0 else 1
     y_max = math.ceil(top * 1.1 / ceiling) * ceiling
+    palette = ", ".join(PALETTE[i % len(PALETTE)][1] for i in range(max(1, len(series))))
     lines = [
         "```mermaid",
+        "---",
+        "config:",
+        "  themeVariables:",
+        "    xyChart:",
+        f'      plotColorPalette: "{palette}"',
+        "---",
         "xychart-beta",
         f'    title "{mermaid_safe(title)}"',
-        f"    x-axis [{', '.join(str(x) for x in xs)}]",
+        f"    x-axis \"concurrency C\" [{', '.join(str(x) for x in xs)}]",
         f'    y-axis "{mermaid_safe(y_label)}" 0 --> {y_max:g}',
     ]
     for _, ys in series:

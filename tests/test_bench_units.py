@@ -191,3 +191,38 @@ def test_redaction_of_secrets_but_not_of_token_counts():
         assert secret not in out
     assert "--speculative-num-draft-tokens 3" in out and "MAX_TOKENS=5" in out
     assert secret_name("HF_TOKEN") and secret_name("--admin-api-key") and not secret_name("max_total_tokens")
+
+
+def test_progress_bar_on_a_terminal_and_one_summary_line_always() -> None:
+    import io
+
+    from findings.bench.progress import Progress
+    from findings.bench.records import RequestRecord
+
+    def rec(ok: bool) -> RequestRecord:
+        r = RequestRecord(index=0, input_len=8, end=1.0)
+        if not ok:
+            r.error, r.error_type = "boom", "http"
+        return r
+
+    tty = io.StringIO()
+    p = Progress(True, stream=tty, force=True)
+    p.start("baseline w C=4 rep 1/1", 3)
+    for ok in (True, False, True):
+        p.tick(rec(ok))
+    p.end("baseline w C=4 rep 1/1: 2/3 ok")
+    out = tty.getvalue()
+    assert "\rbaseline w C=4 rep 1/1 " in out and "0/3 req, 0 failed [00:00" in out  # the bar, drawn by tqdm
+    assert out.endswith("baseline w C=4 rep 1/1: 2/3 ok\n")
+    plain = io.StringIO()  # not a terminal: no bar, the summary line only
+    q = Progress(True, stream=plain)
+    q.start("x", 2)
+    q.tick(rec(True))
+    q.end("x: done")
+    assert plain.getvalue() == "x: done\n"
+    off = io.StringIO()
+    r = Progress(False, stream=off, force=True)  # --no-progress
+    r.start("x", 1)
+    r.tick(rec(True))
+    r.end("x: done")
+    assert off.getvalue() == "x: done\n"

@@ -24,7 +24,8 @@ from findings.bench import host, launch
 from findings.bench.client import PointPlan, run_point
 from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
 from findings.bench.metrics import derive, raw_columns
-from findings.bench.records import PointOutcome, RequestRecord
+from findings.bench.progress import Progress
+from findings.bench.records import PointOutcome
 from findings.bench.transport import Control, make_transport
 from findings.bench.workload import Workload, make_prompts
 from findings.errors import FindingsError
@@ -93,44 +94,6 @@ class BenchReport:
 
 class _Stopped(Exception):
     """A store write was refused: measure nothing more."""
-
-
-class Progress:
-    """A one-line progress bar per point on a terminal, and a summary line always."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and sys.stderr.isatty()
-        self.label = ""
-        self.total = 0
-        self.done = 0
-        self.failed = 0
-        self.t0 = 0.0
-
-    def start(self, label: str, total: int) -> None:
-        self.label, self.total, self.done, self.failed, self.t0 = label, total, 0, 0, time.monotonic()
-        self._draw()
-
-    def tick(self, rec: RequestRecord) -> None:
-        self.done += 1
-        self.failed += 0 if rec.ok else 1
-        if self.enabled and (self.done == self.total or self.done % max(1, self.total // 50) == 0):
-            self._draw()
-
-    def _draw(self) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = int(width * self.done / max(self.total, 1))
-        bar = "#" * filled + "." * (width - filled)
-        sys.stderr.write(f"\r{self.label} [{bar}] {self.done}/{self.total} "
-                         f"{self.failed} failed {time.monotonic() - self.t0:5.1f}s")
-        sys.stderr.flush()
-
-    def end(self, line: str) -> None:
-        if self.enabled:
-            sys.stderr.write("\r\x1b[K")
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
 
 
 #: Labels kept apart (``name{label=value}``) rather than summed.

@@ -34,7 +34,8 @@ def blocks() -> list[dict[str, str]]:
     out = []
     for doc in documents():
         for i, source in enumerate(BLOCK.findall(doc.read_text(encoding="utf-8")), start=1):
-            out.append({"name": f"{doc.parent.name}-{doc.stem}-{i}", "source": source, "file": str(doc)})
+            stem = str(doc.relative_to(ROOT).with_suffix("")).replace("/", "-")
+            out.append({"name": f"{stem}-{i}", "source": source, "file": str(doc)})
     return out
 
 

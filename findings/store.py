@@ -17,11 +17,12 @@ import errno
 import gc
 import json
 import os
+import sqlite3
 from pathlib import Path
 from typing import Iterator, Mapping
 
 
-from findings import diskio, jsonfast
+from findings import diskio, jsonfast, storeindex
 from findings.errors import DuplicateError, StoreError
 from findings.model import Campaign, Dataset, Run, Scalar
 from findings.schema import run_from_dict, run_to_dict
@@ -244,25 +245,37 @@ def add_run(store: Path, run: Run) -> Path:
 def add_runs(store: Path, runs: list[Run]) -> list[Path]:
     """Check several runs against the store and each other, then write them.
 
-    One lock and one read of the store for the lot, where ``add_run`` per run
-    would read the whole store again for each. Every run is checked before
-    any is written, with the same refusals as ``add_run`` one after the
-    other; each file is written atomically, but a writer killed midway
-    leaves the first runs of the batch stored and not the rest.
+    One lock for the lot. The store's index (findings/storeindex.py) says
+    in constant time whether a run could be refused; only then is the whole
+    store read, for the full check and its exact message (and the same when
+    the index cannot be opened). Every run is checked before any is written,
+    with the same refusals as ``add_run`` one after the other; each file is
+    written atomically, but a writer killed midway leaves the first runs of
+    the batch stored and not the rest.
     """
     docs = [_storable(run) for run in runs]
     with _locked(store):
-        existing = load_runs(store)
-        for i, run in enumerate(runs):
-            _check_not_stored(existing + runs[:i], run)
-        _check_consistent(existing + runs)
-        written: list[Path] = []
-        for run, doc in zip(runs, docs):
+        with contextlib.ExitStack() as stack:
             try:
-                written.append(_write_new(run_path(store, run.run_id), doc))
+                index: storeindex.Index | None = stack.enter_context(storeindex.open_for_write(store))
+            except (sqlite3.Error, OSError, StoreError):
+                index = None  # no index (a full disk, a damaged run file): the full check
+            if index is None or any(index.conflicts(run, runs[:i]) for i, run in enumerate(runs)):
+                existing = load_runs(store)
+                for i, run in enumerate(runs):
+                    _check_not_stored(existing + runs[:i], run)
+                _check_consistent(existing + runs)
+            written: list[Path] = []
+            try:
+                for run, doc in zip(runs, docs):
+                    written.append(_write_new(run_path(store, run.run_id), doc))
             except diskio.DiskError as exc:
                 raise exc.with_outcome(_outcome(store, written, runs[len(written):])) from None
-        return written
+            finally:
+                if index is not None and written:
+                    with contextlib.suppress(sqlite3.Error, OSError):
+                        index.added(runs[:len(written)])  # else stale, and brought up to date next time
+            return written
 
 
 def _outcome(store: Path, written: list[Path], unwritten: list[Run]) -> str:

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from findings import storeindex
 from findings.errors import StoreError
 from findings.model import Run
 from findings.schema import run_from_dict
@@ -122,5 +123,5 @@ def report(store: Path) -> tuple[str, bool]:
     errors = sum(1 for f in findings if f.level == "error")
     lines = [f.line() for f in findings]
     lines.append(f"{store}: {n} run files read, {errors} errors, "
-                 f"{sum(1 for f in findings if f.level == 'warning')} warnings")
+                 f"{sum(1 for f in findings if f.level == 'warning')} warnings; {storeindex.status(store).line}")
     return "\n".join(lines), errors == 0

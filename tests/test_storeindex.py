@@ -1,0 +1,101 @@
+"""The store's write index (issue 18, part 1): derived, rebuildable, and
+never trusted over the run files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, HISTORY, cli
+
+from findings import store, storeindex
+from findings.errors import DuplicateError
+
+
+def seeded(tmp_path: Path) -> Path:
+    st = tmp_path / "st"
+    r = cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"), store=st)
+    assert r.exit_code == 0, r.output
+    return st
+
+
+def rigor_run():
+    from findings.importers import common, table
+    return table.read(common.read_source(str(FIXTURES / "rigor.csv")))
+
+
+def test_first_write_builds_it_and_store_check_reports_it(tmp_path: Path) -> None:
+    st = seeded(tmp_path)
+    assert storeindex.status(st).state == "current"
+    out = cli("store", "check", store=st).output
+    assert out.strip().endswith("0 errors, 0 warnings; index current: 1 runs")
+    assert (st / ".gitignore").read_text() == storeindex.GITIGNORE
+    con = sqlite3.connect(storeindex.path(st))
+    assert con.execute("SELECT count(*) FROM lines").fetchone()[0] == 30
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbage", "other-version"])
+def test_missing_or_damaged_index_is_rebuilt_and_still_refuses_duplicates(tmp_path: Path, damage: str) -> None:
+    st = seeded(tmp_path)
+    p = storeindex.path(st)
+    if damage == "missing":
+        p.unlink()
+    elif damage == "garbage":
+        p.write_bytes(b"not a database" * 100)
+    else:
+        con = sqlite3.connect(p)
+        with con:
+            con.execute("UPDATE meta SET value = '0' WHERE key = 'version'")
+        con.close()
+    assert storeindex.status(st).state == ("missing" if damage == "missing" else "damaged")
+    r = cli("ingest", "table", str(HISTORY / "measurements.csv"), store=st)
+    assert r.exit_code == 1 and "already ingested as run table-0041a71bbc6e" in r.output
+    r = cli("ingest", "table", str(FIXTURES / "rigor.csv"), store=st)
+    assert r.exit_code == 0, r.output
+    assert storeindex.status(st) == storeindex.Status("current", "2 runs")
+
+
+def test_run_files_added_behind_its_back_are_seen(tmp_path: Path) -> None:
+    """A git pull (or a writer killed after its file was linked, before the
+    index was updated) adds run files the index does not know."""
+    st = seeded(tmp_path)
+    other = tmp_path / "other"
+    assert cli("ingest", "table", str(FIXTURES / "rigor.csv"), store=other).exit_code == 0
+    for f in (other / "runs").glob("*.json"):
+        shutil.copy(f, st / "runs" / f.name)
+    status = storeindex.status(st)
+    assert status.state == "stale" and "1 run files not in it" in status.detail
+    with pytest.raises(DuplicateError, match="this content was already ingested"):
+        store.add_run(st, rigor_run())
+    assert storeindex.status(st).state == "current"
+
+
+def test_a_removed_run_file_rebuilds_it(tmp_path: Path) -> None:
+    st = seeded(tmp_path)
+    assert cli("ingest", "table", str(FIXTURES / "rigor.csv"), store=st).exit_code == 0
+    victim = next(p for p in (st / "runs").glob("*.json") if "0041a71bbc6e" not in p.name)
+    victim.unlink()
+    assert "runs no longer on disk" in storeindex.status(st).detail
+    store.add_run(st, rigor_run())  # its content is gone from the store: accepted again
+    assert storeindex.status(st).state == "current"
+
+
+def test_the_index_agrees_with_the_full_check_on_every_refusal(tmp_path: Path) -> None:
+    """Each kind of refusal still happens, with the full check's exact message."""
+    st = seeded(tmp_path)
+    csv = tmp_path / "c.csv"
+    csv.write_text("campaign,order,workload,config,concurrency,output_throughput_tok_s\n"
+                   "parallel-sweep,9,diverse-prompts,baseline,1,90\n")
+    r = cli("ingest", "table", str(csv), store=st)
+    assert r.exit_code == 1 and "campaign 'parallel-sweep' has date/order None/9" in r.output
+    grown = tmp_path / "grown.csv"
+    grown.write_text((HISTORY / "measurements.csv").read_text() + "late,9,diverse-prompts,baseline,1,90.0,\n")
+    r = cli("ingest", "table", str(grown), store=st)
+    assert r.exit_code == 1 and "30 of its records were already ingested" in r.output
+    r = cli("ingest", "table", str(grown), "--skip-existing", store=st)
+    assert r.exit_code == 0, r.output
+    docs = [json.loads(p.read_text()) for p in (st / "runs").glob("*.json")]
+    assert len(docs) == 2 and storeindex.status(st).state == "current"

@@ -498,14 +498,7 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
                 _until_decided_campaign(matrix, spec, campaign, opts, report, environment)
                 continue
             for cname in spec.configs:
-                try:
-                    target = _connect(matrix.configs[cname], spec.sweep, opts)
-                except diskio.DiskError as exc:
-                    if not report.written:
-                        raise
-                    report.problems.append(str(exc))
-                    report.stopped = True
-                    raise _Stopped from None
+                target = _connect_or_stop(matrix.configs[cname], spec, opts, report)
                 try:
                     _check_store(target, opts)
                     workloads = [matrix.workloads[w] for w in spec.workloads]
@@ -521,6 +514,18 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
     return report
 
 
+def _connect_or_stop(config: ConfigSpec, spec: CampaignSpec, opts: BenchOptions, report: BenchReport) -> _Target:
+    """The config's server; a refused write (its log) stops the run once points are stored."""
+    try:
+        return _connect(config, spec.sweep, opts)
+    except diskio.DiskError as exc:
+        if not report.written:
+            raise
+        report.problems.append(str(exc))
+        report.stopped = True
+        raise _Stopped from None
+
+
 def _until_decided_campaign(matrix: Matrix, spec: CampaignSpec, campaign: Campaign, opts: BenchOptions,
                             report: BenchReport, environment: dict[str, Scalar]) -> None:
     """All of a campaign's servers at once (so that the configs can
@@ -528,14 +533,7 @@ def _until_decided_campaign(matrix: Matrix, spec: CampaignSpec, campaign: Campai
     targets: dict[str, _Target] = {}
     try:
         for cname in spec.configs:
-            try:
-                targets[cname] = _connect(matrix.configs[cname], spec.sweep, opts)
-            except diskio.DiskError as exc:
-                if not report.written:
-                    raise
-                report.problems.append(str(exc))
-                report.stopped = True
-                raise _Stopped from None
+            targets[cname] = _connect_or_stop(matrix.configs[cname], spec, opts, report)
             _check_store(targets[cname], opts)
         workloads = [matrix.workloads[w] for w in spec.workloads]
         asyncio.run(_sweep_until_decided(targets, campaign, spec, workloads, opts, report, environment,

@@ -96,10 +96,13 @@ class Disk:
             stop = threading.Event()
 
             def watch() -> None:
+                full = False
                 while not stop.is_set():
-                    if folder.is_dir() and len([p for p in folder.glob("*.json")]) >= files:
+                    if not full and folder.is_dir() and \
+                            len([p for p in folder.glob("*.json") if not p.name.startswith(".")]) >= files:
+                        full = True
+                    if full:  # and kept full: a file deleted later (a journal) frees pages again
                         self._fill()
-                        return
                     time.sleep(0.002)
             t = threading.Thread(target=watch, daemon=True)
             t.start()

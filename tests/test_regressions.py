@@ -28,7 +28,9 @@ DATES = {"c1": "2026-11-02", "c2": "2026-11-16"}
 def ingest_scenario(st: Path, campaigns: tuple[str, ...] = ("c1", "c2")) -> None:
     for campaign in campaigns:
         for config in ("baseline", "spec-g"):
-            r = cli("ingest", "sglang-bench", str(SCENARIO / f"{campaign}-{config}.jsonl"), "--config", config,
+            # relative to the checkout, so that the rendered sources do not depend on where it lies
+            path = os.path.relpath(SCENARIO / f"{campaign}-{config}.jsonl")
+            r = cli("ingest", "sglang-bench", path, "--config", config,
                     "--campaign", campaign, "--workload", "chat", "--date", DATES[campaign], store=st)
             assert r.exit_code == 0, r.output
 

@@ -100,9 +100,11 @@ def test_pareto_and_goodput():
 def test_mermaid_block_is_safe():
     block = mermaid_xychart('x"y\n]evil', [1, 2], [("a", [1.0, 2.0]), ("b", [3.0, 4.0])])
     lines = block.splitlines()
-    assert lines[0] == "```mermaid" and lines[1] == "xychart-beta" and lines[-1] == "```"
-    assert lines[2] == '    title "x_y__evil"'
-    assert "line [1.0, 2.0]" in block and "x-axis [1, 2]" in block
+    assert lines[:7] == ["```mermaid", "---", "config:", "  themeVariables:", "    xyChart:",
+                         '      plotColorPalette: "#1f77b4, #ff7f0e"', "---"]
+    assert lines[7] == "xychart-beta" and lines[-1] == "```"
+    assert lines[8] == '    title "x_y__evil"'
+    assert "line [1.0, 2.0]" in block and 'x-axis "concurrency C" [1, 2]' in block
 
 
 def test_document_traces_numbers_to_points_and_shows_charts(project, tmp_path):
@@ -111,7 +113,7 @@ def test_document_traces_numbers_to_points_and_shows_charts(project, tmp_path):
             "render", "--output", str(out))
     assert r.exit_code == 0, r.output
     text = out.read_text()
-    assert "```mermaid\nxychart-beta" in text
+    assert "```mermaid\n---\nconfig:" in text and "\n---\nxychart-beta\n" in text
     assert "## Appendix: stored points" in text
     assert "| P45 " in text and "30% of requests failed" in text
     assert "+10.1% (±4.0%) win (overlap-topk1: P24 vs P20)" in text

@@ -206,7 +206,7 @@ def test_configs_table_with_a_campaign_column_gives_facts_per_campaign(tmp_path:
     bad = tmp_path / "bad.csv"
     bad.write_text("config,campaign,sglang_version\nbaseline,c9,0.5.23\n")
     r = cli("ingest", "table", str(table), "--configs", str(bad), store=tmp_path / "other")
-    assert r.exit_code == 1 and "campaign 'c9' is not in" in r.output
+    assert r.exit_code == 1 and f"{bad}:2: field 'campaign': campaign 'c9' is not in" in r.output
 
 
 def test_version_2_runs_keep_their_facts_per_campaign(tmp_path: Path) -> None:

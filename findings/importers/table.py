@@ -132,11 +132,16 @@ def _fact(text: str) -> Scalar:
     return text
 
 
-def read_configs(src: Source) -> tuple[dict[str, Mapping[str, Scalar]], dict[str, dict[str, Mapping[str, Scalar]]]]:
-    """The general facts per config, and those of single campaigns (campaign -> config -> facts)."""
+ConfigFacts = dict[str, Mapping[str, Scalar]]
+
+
+def read_configs(src: Source) -> tuple[ConfigFacts, dict[str, ConfigFacts], dict[str, int]]:
+    """The general facts per config, those of single campaigns (campaign -> config -> facts),
+    and the line on which each such campaign is first named."""
     _, rows = _rows(src, ("config",))
-    configs: dict[str, Mapping[str, Scalar]] = {}
-    per_campaign: dict[str, dict[str, Mapping[str, Scalar]]] = {}
+    configs: ConfigFacts = {}
+    per_campaign: dict[str, ConfigFacts] = {}
+    campaign_line: dict[str, int] = {}
     for line, row, _raw in rows:
         name = _name(src, line, "config", row["config"])
         facts = {k: _fact(v) for k, v in row.items() if k not in ("config", "campaign") and v != ""}
@@ -145,11 +150,12 @@ def read_configs(src: Source) -> tuple[dict[str, Mapping[str, Scalar]], dict[str
             if name in per_campaign.get(campaign, {}):
                 raise InputError(src.path, line, "config", f"config {name!r} listed twice for campaign {campaign!r}")
             per_campaign.setdefault(campaign, {})[name] = facts
+            campaign_line.setdefault(campaign, line)
             continue
         if name in configs:
             raise InputError(src.path, line, "config", f"config {name!r} listed twice")
         configs[name] = facts
-    return configs, per_campaign
+    return configs, per_campaign, campaign_line
 
 
 def read(
@@ -161,7 +167,7 @@ def read(
 ) -> Run:
     """Parse and validate a whole table; raise InputError on the first fault."""
     header, rows = _rows(src, REQUIRED)
-    configs, per_campaign = read_configs(configs_src) if configs_src else ({}, {})
+    configs, per_campaign, campaign_line = read_configs(configs_src) if configs_src else ({}, {}, {})
     known = set(configs) | {n for cfgs in per_campaign.values() for n in cfgs}
     rid = run_id(NAME, src.sha256)
     campaigns: dict[str, Campaign] = {}
@@ -244,7 +250,9 @@ def read(
     measured = {(p.campaign, p.config) for p in points}
     for campaign in per_campaign:
         if campaign not in named and configs_src is not None:
-            raise InputError(configs_src.path, None, "campaign", f"campaign {campaign!r} is not in {src.path}")
+            raise InputError(
+                configs_src.path, campaign_line[campaign], "campaign", f"campaign {campaign!r} is not in {src.path}"
+            )
     run = make_run(
         src, NAME, VERSION, source, environment=environment or {},
         campaigns=tuple(campaigns[n] for n in sorted(campaigns, key=lambda n: first_line[n])),

@@ -203,7 +203,7 @@ def cells(data: Dataset, rules: Rules | None = None,
             value = p.metrics[THROUGHPUT]
             out.append(Cell(workload=workload, campaign=campaign, rank=r, config=config, concurrency=conc,
                             mean=value, lo=value, hi=value, n=1, point_ids=(p.id,), values=(value,),
-                            series=window_series(p.requests, concurrency=conc) if p.requests else ()))
+                            series=point_series(p)))
             continue
         pts.sort(key=lambda p: p.id)
         values = tuple(p.metrics[THROUGHPUT] for p in pts)
@@ -211,6 +211,14 @@ def cells(data: Dataset, rules: Rules | None = None,
                         mean=_mean(values), lo=min(values), hi=max(values), n=len(values),
                         point_ids=tuple(p.id for p in pts), values=values))
     return out
+
+
+def point_series(p: Point) -> tuple[float, ...]:
+    """A point's throughput per time window (stats.window_series): the cached
+    value when the point carries one, else computed from its records."""
+    if p.series is not None:
+        return p.series
+    return window_series(p.requests, concurrency=p.concurrency) if p.requests else ()
 
 
 def _mean(values: tuple[float, ...]) -> float:
@@ -256,10 +264,13 @@ class Table:
         baseline's drift is summed in the order cells arrive)."""
         for cell in sorted(cells, key=lambda c: c.rank):
             key = (cell.config, cell.concurrency)
-            self.by_key.setdefault(key, {})[cell.campaign] = cell
+            mine = self.by_key.setdefault(key, {})
+            mine[cell.campaign] = cell
             latest = self._latest.get(key)
             if latest is None or cell.rank > latest.rank:
                 self._latest[key] = cell
+            elif cell.rank < latest.rank:  # keep each key's cells in rank order (``before``)
+                self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
             together = self._together.setdefault((cell.concurrency, cell.campaign), {})
             for other in together.values():
                 for pair in ((cell.config, other.config), (other.config, cell.config)):
@@ -304,7 +315,16 @@ class Table:
         return max(_spread(s) for s in stretches)
 
     def cells_of(self, config: str, conc: int) -> dict[str, Cell]:
+        """campaign -> cell, in rank order."""
         return self.by_key.get((config, conc), {})
+
+    def before(self, config: str, conc: int, rank: int) -> Cell | None:
+        """The config's cell at ``conc`` in the latest campaign before ``rank``
+        (a walk back from the latest: one step in a replay)."""
+        for cell in reversed(self.by_key.get((config, conc), {}).values()):
+            if cell.rank < rank:
+                return cell
+        return None
 
     def latest(self, config: str, conc: int) -> Cell | None:
         return self._latest.get((config, conc))

@@ -391,6 +391,21 @@ def store_check(obj: Context) -> None:
         sys.exit(1)
 
 
+@store_group.command("migrate")
+@click.pass_obj
+def store_migrate(obj: Context) -> None:
+    """Rewrite older run files in the current schema (per-request records to sidecars)."""
+    from findings import store as store_lib
+
+    s = _run(obj.settings)
+    read, rewritten, before, after = _run(store_lib.migrate, s.store)
+    if not rewritten:
+        click.echo(f"{s.store}: {read} run files, all in the current schema; nothing to migrate")
+    else:
+        click.echo(f"{s.store}: migrated {rewritten} of {read} run files: {before:,} bytes before, "
+                   f"{after:,} after (run files and sidecars)")
+
+
 @main.command()
 @click.argument("base_ref", required=False)
 @click.pass_obj

@@ -27,6 +27,7 @@ from findings.conclusions_json import to_json
 from findings.errors import FindingsError
 from findings.history import replay
 from findings.model import Dataset, Run
+from findings.schema import SIDECAR_SUFFIX
 from findings.settings import Settings
 
 #: Seconds any one git command may take.
@@ -164,7 +165,7 @@ def runs_at(top: Path, commit: str, store_rel: str) -> list[Run]:
         path = PurePosixPath(raw_path.decode("utf-8", "surrogateescape"))
         if kind != "blob" or mode not in ("100644", "100755") or path.parent != runs_rel:
             continue
-        if path.name.startswith(".") or not path.name.endswith(".json"):
+        if path.name.startswith(".") or not path.name.endswith((".json", SIDECAR_SUFFIX)):
             continue
         wanted.append((oid, path.name))
     if not wanted:
@@ -185,7 +186,16 @@ def runs_at(top: Path, commit: str, store_rel: str) -> list[Run]:
         bodies[name] = out[end + 1:end + 1 + size]
         pos = end + 1 + size + 1  # the content is followed by a newline
     for name in sorted(bodies):  # file-name order, as store.load_runs reads them
-        runs.append(store.parse_run(bodies[name], f"{commit[:12]}:{runs_rel}/{name}", name[:-len(".json")]))
+        if not name.endswith(".json"):
+            continue
+        label = f"{commit[:12]}:{runs_rel}/{name}"
+        run = store.parse_run(bodies[name], label, name[:-len(".json")])
+        if run.sidecar is not None:
+            where = PurePosixPath(f"{commit[:12]}:{runs_rel}/{run.sidecar.file}")
+            if run.sidecar.file not in bodies:
+                raise FindingsError(f"{label}: its per-request records {where} are missing at that commit")
+            run = store.with_requests(run, Path(str(where)), label, bodies[run.sidecar.file])
+        runs.append(run)
     return runs
 
 

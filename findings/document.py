@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from findings import caveats, diskio, fmt, pivot, regressions, render, report, store
+from findings import caveats, diskio, fmt, pivot, regressions, render, rendercache, report, store
 from findings import deploy as deploy_lib
 from findings.analysis import SIMULATED_SUFFIX, Comparison, cells, conclude
 from findings.conclusions_json import to_json
@@ -32,8 +32,23 @@ def _plots_dir(settings: Settings, document: Path) -> Path:
 
 
 def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
-    """The document text, and the plots it links to (file name -> chart data)."""
-    data = store.load(settings.store)
+    """The document text, and the plots it links to (file name -> chart data):
+    from the render cache (findings/rendercache.py) when nothing it depends
+    on changed."""
+    found = rendercache.scan(settings.store)
+    slot = f"{document}|{settings.template}"
+    key = rendercache.document_key(found, settings, str(document),
+                                   rendercache.templates_fingerprint(settings.templates)) \
+        if found.cache is not None else None
+    hit = rendercache.get_document(found, slot, key)
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
+    built = _derive(settings, document, rendercache.load(settings.store, found))
+    rendercache.put_document(found, slot, key, built)
+    return built
+
+
+def _derive(settings: Settings, document: Path, data: Dataset) -> tuple[str, dict[str, Any]]:
     if not data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
     doc = report.build(data, settings.rules, settings.title, _label(settings), settings.slo,
@@ -106,7 +121,7 @@ def render_document(settings: Settings, output: str | None = None, check: bool =
 
 
 def conclusions(settings: Settings) -> dict[str, Any]:
-    data = store.load(settings.store)
+    data = rendercache.load(settings.store)
     flags = flagged(data, settings.rules.gates)
     valid = cells(data, settings.rules, flags)
     points = {p.id: p for p in data.points}
@@ -128,7 +143,7 @@ def conclusions_json(settings: Settings) -> str:
 
 def conclusions_text(settings: Settings) -> str:
     """The conclusions as short plain text for a terminal."""
-    data = store.load(settings.store)
+    data = rendercache.load(settings.store)
     flags = flagged(data, settings.rules.gates)
     done = regressions.conclude_with_steps(data, settings.rules, cells(data, settings.rules, flags))
     result = done.conclusions

@@ -118,8 +118,7 @@ def best_evidence(b: Best) -> tuple[str, ...]:
 
 def _earlier(table: Table, config: str, conc: int, cell: Cell) -> Cell | None:
     """The config's cell at ``conc`` in the campaign before ``cell``'s."""
-    older = [c for c in table.cells_of(config, conc).values() if c.rank < cell.rank]
-    return max(older, key=lambda c: c.rank) if older else None
+    return table.before(config, conc, cell.rank)
 
 
 def _provenance(used: list[Cell], table: Table, facts_of: FactsOf) -> tuple[Provenance, ...]:
@@ -223,8 +222,9 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     concluded: dict[str, WorkloadConclusion] = {}
     entries: list[Entry] = []
     previous: Conclusions | None = None
+    base_steps = [m for m in regressions.steps(found) if m.config == rules.baseline]
     for rank, campaign in enumerate(data.campaigns):
-        breaks = regressions.baseline_breaks(found, rules.baseline, upto=rank)
+        breaks = regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
         new: dict[str, list[Cell]] = {}
         for cell in by_rank.get(rank, []):
             new.setdefault(cell.workload, []).append(cell)

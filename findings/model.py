@@ -59,6 +59,10 @@ class Point:
     note: str | None = None
     workload_params: Mapping[str, Scalar] = field(default_factory=dict)
     requests: Mapping[str, object] | None = None
+    #: Derived, never stored: output tokens/s per time window, computed from
+    #: ``requests`` (stats.window_series). Set by the render cache, which
+    #: keeps this instead of the records; None: compute it from ``requests``.
+    series: tuple[float, ...] | None = None
 
     @property
     def throughput(self) -> float:
@@ -76,6 +80,17 @@ class Input:
     path: str
     sha256: str
     role: str  # "configs" | "environment" | "matrix" | ...
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """A run's per-request records, kept next to its run file (schema
+    version 4): ``runs/<file>``, gzip-compressed JSON, with the sha256 of its
+    bytes recorded in the run file, for the points at these indices."""
+
+    file: str
+    sha256: str
+    points: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -106,6 +121,9 @@ class Run:
     #: configs table with a ``campaign`` column. They override ``configs``
     #: for that campaign's points.
     campaign_configs: Mapping[str, Mapping[str, Mapping[str, Scalar]]] = field(default_factory=dict)
+    #: Where the points' per-request records are (schema version 4); None:
+    #: inline in the points, or none at all.
+    sidecar: Sidecar | None = None
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,10 @@ positional port number as well).
 
 from __future__ import annotations
 
+import functools
 import math
 import shlex
+import types
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -72,9 +74,15 @@ def _same(a: Scalar, b: Scalar) -> bool:
     return a == b
 
 
-def _flags(command: str) -> dict[str, str]:
+def _flags(command: str) -> Mapping[str, str]:
     """``--flag value`` / ``--flag=value`` / bare ``--flag`` of a command line (the program and
-    positional words are kept as ``argv[0]``, ``arg1``, ...)."""
+    positional words are kept as ``argv[0]``, ``arg1``, ...). Read-only: a
+    store repeats a few launch lines thousands of times."""
+    return _flags_of(command)
+
+
+@functools.lru_cache(maxsize=1024)
+def _flags_of(command: str) -> Mapping[str, str]:
     try:
         words = shlex.split(command)
     except ValueError:
@@ -97,7 +105,7 @@ def _flags(command: str) -> dict[str, str]:
             out["argv[0]" if positional == 0 else f"arg{positional}"] = w
             positional += 1
         i += 1
-    return out
+    return types.MappingProxyType(out)
 
 
 def _ports(a: str | None, b: str | None) -> bool:

@@ -12,7 +12,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from findings.errors import StoreError
-from findings.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run, Scalar
+from findings.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run, Scalar, Sidecar
 
 #: The version this tool writes. Readers migrate older versions and refuse
 #: newer ones. History:
@@ -20,8 +20,15 @@ from findings.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run, Sca
 #:   2: ``inputs``: every file the run was made from, hashed, with its role
 #:      (data, configs, environment, matrix), so that provenance covers the
 #:      configs table and environment file an ingest also read.
-SCHEMA_VERSION = 3
+#:   3: ``campaign_configs``: facts true of a config in one campaign only.
+#:   4: ``requests``: the per-request records of the points move to a
+#:      sidecar file next to the run file (``<run_id>.requests.json.gz``),
+#:      hashed from the run file; inline records still read.
+SCHEMA_VERSION = 4
 KIND = "findings-run"
+#: A run's sidecar of per-request records: ``runs/<run_id>`` + this.
+SIDECAR_SUFFIX = ".requests.json.gz"
+SIDECAR_KIND = "findings-requests"
 
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
@@ -53,7 +60,15 @@ def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 kept per-request records inline in the points, which
+    version 4 still reads: nothing to change."""
+    out = dict(doc)
+    out["schema_version"] = 4
+    return out
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def finite(v: int | float) -> bool:
@@ -79,8 +94,10 @@ def point_id(run_id: str, index: int) -> str:
     return f"{run_id}/{index}"
 
 
-def run_to_dict(run: Run) -> dict[str, Any]:
-    """The JSON-ready form of a run, keys in a fixed order."""
+def run_to_dict(run: Run, sidecar: Sidecar | None = None) -> dict[str, Any]:
+    """The JSON-ready form of a run, keys in a fixed order. With ``sidecar``,
+    the per-request records are left out of the points and the run names
+    the file that holds them."""
     points = []
     for p in run.points:
         d: dict[str, Any] = {
@@ -96,7 +113,7 @@ def run_to_dict(run: Run) -> dict[str, Any]:
             d["source_line"] = p.source_line
         if p.note:
             d["note"] = p.note
-        if p.requests is not None:
+        if p.requests is not None and sidecar is None:
             d["requests"] = p.requests
         points.append(d)
     return {
@@ -119,6 +136,8 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         **({"campaign_configs": {c: {k: dict(sorted(v.items())) for k, v in sorted(cfgs.items())}
                                  for c, cfgs in sorted(run.campaign_configs.items())}}
            if run.campaign_configs else {}),
+        **({"requests": {"file": sidecar.file, "sha256": sidecar.sha256, "points": list(sidecar.points)}}
+           if sidecar is not None else {}),
         "points": points,
     }
 
@@ -326,6 +345,24 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
                 requests=requests,
             )
         )
+    sidecar = None
+    if "requests" in doc:
+        ref = r.obj(doc["requests"], "requests")
+        file = r.string(ref.get("file"), "requests.file") or ""
+        if file != f"{run_id}{SIDECAR_SUFFIX}":
+            raise r.fail("requests.file", f"expected {run_id}{SIDECAR_SUFFIX!s}, got {file!r}")
+        sha = r.string(ref.get("sha256"), "requests.sha256") or ""
+        if not re.fullmatch("[0-9a-f]{64}", sha):
+            raise r.fail("requests.sha256", "expected 64 hex digits")
+        indices = r.array(ref.get("points"), "requests.points")
+        for j, k in enumerate(indices):
+            if r.integer(k, f"requests.points[{j}]", minimum=0) >= len(points):  # type: ignore[operator]
+                raise r.fail(f"requests.points[{j}]", f"no point {k}")
+            if points[k].requests is not None:
+                raise r.fail(f"requests.points[{j}]", f"point {k} has its records inline as well")
+        if not indices or len(set(indices)) != len(indices):
+            raise r.fail("requests.points", "expected distinct point indices, at least one")
+        sidecar = Sidecar(file=file, sha256=sha, points=tuple(indices))
     hashes = r.array(doc.get("line_hashes", []), "line_hashes")
     for i, h in enumerate(hashes):
         r.string(h, f"line_hashes[{i}]")
@@ -348,4 +385,5 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
         provenance=r.scalars(doc.get("provenance", {}), "provenance"),
         extra_inputs=tuple(extra),
         campaign_configs=per_campaign,
+        sidecar=sidecar,
     )

@@ -3,6 +3,8 @@
 Layout (docs/store.md)::
 
     <store>/runs/<run_id>.json   one file per ingest or benchmark run
+    <store>/runs/<run_id>.requests.json.gz
+                                 its per-request records, if any (schema 4)
 
 A file is written once, atomically (temp file, fsync, hard link into place,
 which fails rather than overwrite), and never rewritten. Readers ignore
@@ -13,9 +15,13 @@ the duplicate checks and the write are one step for concurrent writers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import gc
+import gzip
+import hashlib
 import json
+import zlib
 import os
 import sqlite3
 from pathlib import Path
@@ -24,8 +30,8 @@ from typing import Iterator, Mapping
 
 from findings import diskio, jsonfast, storeindex
 from findings.errors import DuplicateError, StoreError
-from findings.model import Campaign, Dataset, Run, Scalar
-from findings.schema import run_from_dict, run_to_dict
+from findings.model import Campaign, Dataset, Run, Scalar, Sidecar
+from findings.schema import SCHEMA_VERSION, SIDECAR_KIND, SIDECAR_SUFFIX, run_from_dict, run_to_dict
 
 RUNS = "runs"
 
@@ -34,8 +40,13 @@ def run_path(store: Path, run_id: str) -> Path:
     return store / RUNS / f"{run_id}.json"
 
 
-def load_runs(store: Path) -> list[Run]:
-    """Every run in the store, validated, in file-name order."""
+def sidecar_path(store: Path, run_id: str) -> Path:
+    return store / RUNS / f"{run_id}{SIDECAR_SUFFIX}"
+
+
+def load_runs(store: Path, requests: bool = True) -> list[Run]:
+    """Every run in the store, validated, in file-name order (without
+    ``requests``: the per-request records in sidecars are not read)."""
     folder = store / RUNS
     if not folder.is_dir():
         if store.exists() and not store.is_dir():
@@ -46,7 +57,7 @@ def load_runs(store: Path) -> list[Run]:
         for path in sorted(folder.glob("*.json")):
             if path.name.startswith("."):
                 continue
-            runs.append(read_run(path))
+            runs.append(read_run(path, requests))
     return runs
 
 
@@ -77,13 +88,60 @@ def _quiet_gc() -> Iterator[None]:
             gc.enable()
 
 
-def read_run(path: Path) -> Run:
-    """One run file, validated."""
+def read_run(path: Path, requests: bool = True) -> Run:
+    """One run file, validated, with its sidecar's per-request records
+    (unless ``requests`` is False)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise StoreError(f"{path}: cannot read: {exc}") from exc
-    return parse_run(raw, str(path), Path(path).stem)
+    run = parse_run(raw, str(path), Path(path).stem)
+    if requests and run.sidecar is not None:
+        run = with_requests(run, Path(path).parent / run.sidecar.file, str(path))
+    return run
+
+
+def read_sidecar(path: Path, sidecar: Sidecar, run_id: str, label: str) -> dict[int, dict[str, object]]:
+    """A sidecar's records by point index, checked against the hash its run
+    file recorded; StoreError names the run file and the sidecar."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise StoreError(f"{label}: its per-request records {path} are missing "
+                         f"(restore the file, e.g. git checkout -- {path})") from None
+    except OSError as exc:
+        raise StoreError(f"{label}: cannot read its per-request records {path}: {diskio.cause(exc)}") from None
+    return parse_sidecar(raw, sidecar, run_id, label, str(path))
+
+
+def parse_sidecar(raw: bytes, sidecar: Sidecar, run_id: str, label: str,
+                  path: str) -> dict[int, dict[str, object]]:
+    """A sidecar's bytes (``path``: where they came from, for messages)."""
+    if hashlib.sha256(raw).hexdigest() != sidecar.sha256:
+        raise StoreError(f"{label}: {path} does not match the sha256 its run file recorded "
+                         f"(a foreign or changed file; restore it from git)")
+    try:
+        doc = jsonfast.loads(gzip.decompress(raw))
+    except (OSError, EOFError, zlib.error, jsonfast.JSONDecodeError) as exc:
+        raise StoreError(f"{label}: {path}: not gzip-compressed JSON ({exc})") from None
+    points = doc.get("points") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or doc.get("kind") != SIDECAR_KIND or doc.get("run_id") != run_id \
+            or not isinstance(points, dict):
+        raise StoreError(f"{label}: {path}: not the per-request records of run {run_id}")
+    if set(points) != {str(i) for i in sidecar.points} or not all(isinstance(v, dict) for v in points.values()):
+        raise StoreError(f"{label}: {path}: holds records of other points than its run file lists")
+    return {int(k): v for k, v in points.items()}
+
+
+def with_requests(run: Run, path: Path, label: str, raw: bytes | None = None) -> Run:
+    """The run with its sidecar's records put back into its points (read
+    from ``path``, or given as ``raw`` bytes)."""
+    assert run.sidecar is not None
+    records = (read_sidecar(path, run.sidecar, run.run_id, label) if raw is None
+               else parse_sidecar(raw, run.sidecar, run.run_id, label, str(path)))
+    points = tuple(dataclasses.replace(p, requests=records[i]) if i in records else p
+                   for i, p in enumerate(run.points))
+    return dataclasses.replace(run, points=points)
 
 
 def parse_run(raw: bytes, label: str, stem: str) -> Run:
@@ -234,7 +292,7 @@ def _check_consistent(runs: list[Run]) -> None:
 
 
 def known_line_hashes(store: Path) -> frozenset[str]:
-    return frozenset(h for run in load_runs(store) for h in run.line_hashes)
+    return frozenset(h for run in load_runs(store, requests=False) for h in run.line_hashes)
 
 
 def add_run(store: Path, run: Run) -> Path:
@@ -261,13 +319,15 @@ def add_runs(store: Path, runs: list[Run]) -> list[Path]:
             except (sqlite3.Error, OSError, StoreError):
                 index = None  # no index (a full disk, a damaged run file): the full check
             if index is None or any(index.conflicts(run, runs[:i]) for i, run in enumerate(runs)):
-                existing = load_runs(store)
+                existing = load_runs(store, requests=False)
                 for i, run in enumerate(runs):
                     _check_not_stored(existing + runs[:i], run)
                 _check_consistent(existing + runs)
             written: list[Path] = []
             try:
-                for run, doc in zip(runs, docs):
+                for run, (doc, sidecar) in zip(runs, docs):
+                    if sidecar is not None:  # first: a run file never names a sidecar that is not there
+                        _write_sidecar(sidecar_path(store, run.run_id), sidecar)
                     written.append(_write_new(run_path(store, run.run_id), doc))
             except diskio.DiskError as exc:
                 raise exc.with_outcome(_outcome(store, written, runs[len(written):])) from None
@@ -288,17 +348,49 @@ def _outcome(store: Path, written: list[Path], unwritten: list[Run]) -> str:
             f"in {store}; not written: {names([r.run_id for r in unwritten])}")
 
 
-def _storable(run: Run) -> dict[str, object]:
-    doc = run_to_dict(run)
-    # What is written must read back: a run the reader would refuse would make
-    # the whole store unreadable, so refuse it here, before anything is written.
+def sidecar_bytes(run: Run) -> bytes | None:
+    """The run's per-request records as its sidecar file: gzip-compressed
+    JSON (docs/decisions.md D76), the same bytes for the same records (no
+    time stamp in the gzip header), or None when no point has records."""
+    records = {str(i): p.requests for i, p in enumerate(run.points) if p.requests is not None}
+    if not records:
+        return None
+    body = json.dumps({"kind": SIDECAR_KIND, "run_id": run.run_id, "points": records},
+                      ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    return gzip.compress(body, compresslevel=6, mtime=0)
+
+
+def stored_form(run: Run) -> tuple[dict[str, object], bytes | None]:
+    """The run file's JSON document and its sidecar's bytes (if any)."""
+    data = sidecar_bytes(run)
+    if data is None:
+        return run_to_dict(run), None
+    ref = Sidecar(file=f"{run.run_id}{SIDECAR_SUFFIX}", sha256=hashlib.sha256(data).hexdigest(),
+                  points=tuple(i for i, p in enumerate(run.points) if p.requests is not None))
+    return run_to_dict(run, ref), data
+
+
+def _storable(run: Run) -> tuple[dict[str, object], bytes | None]:
     label = f"{run.source_file or run.run_id} (as stored)"
     try:
+        doc, sidecar = stored_form(run)
         text = json.dumps(doc, allow_nan=False)
     except ValueError as exc:
         raise StoreError(f"{label}: cannot be stored: {exc}; nothing was written") from None
+    # What is written must read back: a run the reader would refuse would make
+    # the whole store unreadable, so refuse it here, before anything is written.
     run_from_dict(json.loads(text), label)
-    return doc
+    return doc, sidecar
+
+
+def _write_sidecar(path: Path, data: bytes) -> None:
+    """Atomically, once; a sidecar left by a writer killed before its run
+    file was written is taken over when its bytes are the same."""
+    try:
+        diskio.write_new(path, data)
+    except FileExistsError as exc:
+        if path.read_bytes() != data:
+            raise DuplicateError(f"{path} already exists with other content; nothing was written") from exc
 
 
 def _write_new(path: Path, doc: Mapping[str, object]) -> Path:
@@ -307,6 +399,40 @@ def _write_new(path: Path, doc: Mapping[str, object]) -> Path:
         return diskio.write_new(path, data)  # atomic, and never replaces an existing file
     except FileExistsError as exc:
         raise DuplicateError(f"{path} already exists; nothing was written") from exc
+
+
+def migrate(store: Path) -> tuple[int, int, int, int]:
+    """``findings store migrate``: rewrite each run file of an older schema,
+    or with per-request records inline, in the current schema, its records
+    moved to a sidecar. The run ids, points and conclusions stay the same;
+    each file is replaced atomically (the sidecar first), under the write
+    lock, so a migration killed midway leaves every run readable, the
+    migrated ones and the rest. Returns (runs read, runs rewritten, bytes
+    before, bytes after) over the rewritten files."""
+    read = rewritten = before = after = 0
+    with _locked(store):
+        for path in sorted((store / RUNS).glob("*.json")):
+            if path.name.startswith("."):
+                continue
+            raw = path.read_bytes()
+            run = read_run(path)
+            read += 1
+            version = jsonfast.loads(raw).get("schema_version")
+            inline = run.sidecar is None and any(p.requests is not None for p in run.points)
+            if version == SCHEMA_VERSION and not inline:
+                continue
+            doc, sidecar = _storable(run)
+            data = (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+            if sidecar is not None:
+                _write_sidecar(sidecar_path(store, run.run_id), sidecar)
+            try:
+                diskio.write_replace(path, data, make_parent=False)
+            except diskio.DiskError as exc:
+                raise exc.with_outcome(f"{rewritten} of the run files were migrated; {path} is unchanged") from None
+            rewritten += 1
+            before += len(raw)
+            after += len(data) + (len(sidecar) if sidecar is not None else 0)
+    return read, rewritten, before, after
 
 
 #: The recovery file: runs measured but refused by the store's disk, kept

@@ -16,8 +16,8 @@ from pathlib import Path
 from findings import storeindex
 from findings.errors import StoreError
 from findings.model import Run
-from findings.schema import run_from_dict
-from findings.store import RUNS, merge
+from findings.schema import SIDECAR_SUFFIX, run_from_dict
+from findings.store import RUNS, merge, read_sidecar
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,12 @@ def check(store: Path) -> tuple[list[Finding], int]:
                         "check --store / $FINDINGS_STORE, or ingest something")], 0
     runs: list[Run] = []
     files = sorted(folder.iterdir())
+    sidecars = {p.name for p in files if p.name.endswith(SIDECAR_SUFFIX) and not p.name.startswith(".")}
+    named: set[str] = set()
+    inline = 0
     for path in files:
+        if path.name in sidecars:
+            continue
         if path.name.startswith(".tmp-"):
             out.append(Finding("warning", str(path), "a temporary file left by a killed writer (readers ignore it)",
                                "delete it"))
@@ -66,7 +71,26 @@ def check(store: Path) -> tuple[list[Finding], int]:
             out.append(Finding("error", str(path), f"file name does not match run_id {run.run_id!r}",
                                f"rename it to {run.run_id}.json"))
             continue
+        if run.sidecar is not None:
+            named.add(run.sidecar.file)
+            try:
+                read_sidecar(folder / run.sidecar.file, run.sidecar, run.run_id, str(path))
+            except StoreError as exc:
+                out.append(Finding("error", str(path), str(exc).removeprefix(f"{path}: "),
+                                   f"restore {run.sidecar.file} from git (git checkout -- "
+                                   f"{folder / run.sidecar.file}); findings never edits it"))
+                continue
+        elif any(p.requests is not None for p in run.points):
+            inline += 1
         runs.append(run)
+    for name in sorted(sidecars - named):
+        out.append(Finding("warning", str(folder / name),
+                           "per-request records that no run file names (a writer killed before its run file, "
+                           "or a file from elsewhere; readers ignore it)", "delete it"))
+    if inline:
+        out.append(Finding("note", str(folder), f"{inline} run files keep their per-request records inline "
+                           "(schema 3 or older: they read as before)",
+                           "`findings store migrate` moves them to compact sidecars"))
     out.extend(_whole(runs))
     return out, len(runs)
 

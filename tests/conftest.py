@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import gzip
+import hashlib
+import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +15,10 @@ from click.testing import CliRunner, Result
 from findings.analysis import Rules
 from findings.cli import main
 from findings.model import THROUGHPUT, Campaign, Dataset, Point
+
+# The render cache (findings/rendercache.py) of every test and of the
+# commands they run goes to a folder of this session, never the user's.
+os.environ.setdefault("FINDINGS_CACHE_DIR", tempfile.mkdtemp(prefix="findings-test-cache-"))
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -79,3 +87,23 @@ def project(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "findings.toml", dest / "findings.toml")
     shutil.copytree(ROOT / "templates", dest / "templates")
     return dest
+
+
+def run_docs(store: Path) -> list[dict[str, Any]]:
+    """The store's run files as JSON, in file-name order, with each
+    sidecar's per-request records (schema 4) put back into the points after
+    checking the sha256 the run file recorded: what the runner measured,
+    wherever the store keeps it."""
+    docs = []
+    for path in sorted((store / "runs").glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        ref = doc.get("requests")
+        if ref is not None:
+            raw = (path.parent / ref["file"]).read_bytes()
+            assert hashlib.sha256(raw).hexdigest() == ref["sha256"], path
+            side = json.loads(gzip.decompress(raw))
+            assert side["run_id"] == doc["run_id"] and sorted(map(int, side["points"])) == sorted(ref["points"])
+            for k, records in side["points"].items():
+                doc["points"][int(k)]["requests"] = records
+        docs.append(doc)
+    return docs

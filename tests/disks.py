@@ -114,7 +114,8 @@ class Disk:
                 with contextlib.suppress(FileNotFoundError):
                     self._filler.unlink()
         else:
-            self.inject = f"ENOSPC:{self.root}:{files}"
+            # Two links per point: its sidecar of per-request records, then its run file.
+            self.inject = f"ENOSPC:{self.root}:{files * 2}"
             try:
                 yield
             finally:

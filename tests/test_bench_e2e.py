@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cli
+from conftest import ROOT, cli, run_docs
 
 from findings import store as store_mod
 
@@ -48,7 +48,7 @@ def emulator(request):
 
 
 def runs(store: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted((store / "runs").glob("*.json"))]
+    return run_docs(store)
 
 
 def attach(store: Path, url: str, *extra: str, config: str = "baseline", campaign: str = "c1",

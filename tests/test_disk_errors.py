@@ -275,7 +275,9 @@ def test_bench_store_fills_up_after_the_second_point(disk: Disk, tmp_path: Path,
     assert out[-2] == (f"stopped at the first refused write: stored 2 points in {st} "
                        f"(baseline w C=1 rep 1/1; baseline w C=2 rep 1/1)"), out
     problem = out[-1]
-    m = re.fullmatch(rf"problem: {re.escape(str(st))}/runs/(bench-\S+)\.json: cannot write: no space left on device; "
+    # The third point's first file is refused: its sidecar (written before its run file).
+    m = re.fullmatch(rf"problem: {re.escape(str(st))}/runs/(bench-\S+)\.(?:requests\.json\.gz|json): "
+                     r"cannot write: no space left on device; "
                      r"the point baseline w C=4 rep 1/1 was not stored; "
                      r"its measurements are in (\S+) \(store them later: findings ingest recovery (\S+)\)", problem)
     assert m, problem
@@ -299,11 +301,11 @@ def test_bench_recovery_refused_everywhere_injected(disk: Disk, tmp_path: Path, 
     """INJECTED on every kind: the recovery file refused in every folder tried
     (logs, the temp folder, home). Python's temp folder falls back to /tmp,
     which a test must not fill, so here ENOSPC is injected for every path
-    once the first point is stored; the message must say the point is lost."""
+    once the first point is stored (two links: its sidecar, its run file); the message must say the point is lost."""
     st = disk.root / "st"
     matrix = tmp_path / "m.toml"
     matrix.write_text(MATRIX.format(python=sys.executable, concurrency="[1, 2]"))
-    disk.inject = "ENOSPC:/:1"
+    disk.inject = "ENOSPC:/:2"  # the first point's sidecar and run file, then nothing
     r = findings("--store", str(st), "bench", str(matrix), "--log-dir", str(tmp_path / "logs"), "--no-progress",
                  env=disk.env())
     disk.inject = None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, cli
+from conftest import FIXTURES, cli, run_docs
 from findings.bench.metrics import derive, raw_columns
 from findings.bench.protocol import Parser
 from findings.bench.records import PointOutcome, RequestRecord
@@ -142,7 +142,7 @@ def test_sweep_scopes_counters_to_the_point(tmp_path: Path, double, api: str) ->
             "--concurrency", "1,4", "--num-prompts", "16", "--input-len", "6", "--output-len", "120",
             "--warmup", "3", "--no-progress", "--read-timeout", "10", store=store)
     assert r.exit_code == 0, r.output
-    docs = [json.loads(p.read_text()) for p in sorted((store / "runs").glob("*.json"))]
+    docs = run_docs(store)
     points = [p for d in docs for p in d["points"]]
     assert len(points) == 2
     for p in points:

@@ -194,7 +194,7 @@ def test_configs_table_with_a_campaign_column_gives_facts_per_campaign(tmp_path:
     r = cli("ingest", "table", str(table), "--configs", str(configs), store=st)
     assert r.exit_code == 0, r.output
     run = json.loads(next((st / "runs").glob("*.json")).read_text())
-    assert run["schema_version"] == 3
+    assert run["schema_version"] == 4
     assert run["campaign_configs"] == {"c1": {"baseline": {"sglang_version": "0.5.20"}},
                                        "c2": {"baseline": {"sglang_version": "0.5.23"}}}
     data = store.load(st)
@@ -218,7 +218,7 @@ def test_version_2_runs_keep_their_facts_per_campaign(tmp_path: Path) -> None:
         doc["schema_version"] = 2
         path.write_text(json.dumps(doc))
     data = store.load(st)
-    assert data.runs[0].schema_version == 3
+    assert data.runs[0].schema_version == 4
     assert data.facts_of("baseline", "c1")["sglang_version"] == "0.5.20"
 
 

@@ -362,6 +362,11 @@ def test_render_scaling_builds_exact_deterministic_stores(tmp_path):
         [p.read_bytes() for p in sorted((b / "runs").glob("*"))]
     data = store.load(a)
     assert len(data.points) == 300 and data.campaigns == tuple(sorted(data.campaigns, key=lambda c: c.sort_key))
-    rows = mod.measure([120], tmp_path / "work")
-    assert [r["command"] for r in rows] == ["render", "conclusions"]
-    assert {"size", "command", "wall_s", "peak_rss_mib", "store_mib", "runs", "points_with_requests"} <= set(rows[0])
+    assert list((a / "runs").glob(f"*{store.SIDECAR_SUFFIX}"))  # the records in sidecars, the same bytes too
+    rows = mod.measure([120], tmp_path / "work")  # also checks the cached document against the uncached one
+    assert [r["command"] for r in rows] == ["render", "conclusions", "render-cold-cache", "render-new-campaign",
+                                            "render-warm", "write"]
+    assert {"size", "command", "wall_s", "peak_rss_mib", "store_mib", "bytes_per_point", "runs",
+            "points_with_requests"} <= set(rows[0])
+    assert all(r["wall_s"] > 0 and r["bytes_per_point"] > 0 for r in rows)
+    assert sorted(p.name for p in (tmp_path / "work" / "store-120" / "runs").glob("perf-write-*")) == []

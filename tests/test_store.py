@@ -165,7 +165,7 @@ def test_version_1_stores_keep_reading(tmp_path):
     assert v1 and all(json.loads(p.read_text())["schema_version"] == 1 for p in v1)
     data = store_mod.load(FIXTURES / "store")
     run = [r for r in data.runs if r.run_id == "table-0041a71bbc6e"][0]
-    assert run.schema_version == SCHEMA_VERSION == 3
+    assert run.schema_version == SCHEMA_VERSION == 4
     assert run.source_file == "benchmarks/history/measurements.csv" and len(run.source_sha256) == 64
     # A v1 store can take new (v3) runs: mixed versions read together.
     mixed = tmp_path / "mixed"
@@ -181,7 +181,7 @@ def test_migration_function_and_unknown_versions():
     from findings.schema import migrate
     doc = {"schema_version": 1, "source_file": {"path": "a.csv", "sha256": "ab"}}
     out = migrate(dict(doc), "x.json")
-    assert out["schema_version"] == 3 and out["inputs"] == [{"path": "a.csv", "sha256": "ab", "role": "data"}]
+    assert out["schema_version"] == 4 and out["inputs"] == [{"path": "a.csv", "sha256": "ab", "role": "data"}]
     assert "campaign_configs" not in out  # v2 -> v3: run-wide facts hold in each of the run's campaigns
     for bad in (0, "1", None, True):
         with pytest.raises(StoreError, match="schema_version"):

@@ -44,8 +44,9 @@ from findings import store as store_mod  # noqa: E402
 from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar  # noqa: E402
 from findings.schema import SCHEMA_VERSION, point_id  # noqa: E402
 
-#: Bump when the generated shape changes, so cached stores are rebuilt.
-GENERATOR_VERSION = 1
+#: Bump when the generated shape changes, so cached stores are rebuilt
+#: (2: store schema 4, per-request records in sidecars).
+GENERATOR_VERSION = 2
 DEFAULT_SIZES = (1000, 10000, 100000)
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 250)
 WORKLOADS = {  # name -> (input_len, output_len, base tok/s at saturation)
@@ -234,8 +235,13 @@ def _write(folder: Path, runs: list[Run]) -> None:
     store_mod.add_runs(folder, runs)  # one check of the store per batch, each file atomic
 
 
+def _store_bytes(folder: Path) -> int:
+    """Run files and their sidecars (the store's derived index and lock left out)."""
+    return sum(p.stat().st_size for p in (folder / "runs").iterdir() if not p.name.startswith("."))
+
+
 def _store_mib(folder: Path) -> float:
-    return sum(p.stat().st_size for p in (folder / "runs").glob("*.json")) / 2**20
+    return _store_bytes(folder) / 2**20
 
 
 def _cached_store(workdir: Path, size: int, seed: int, rebuild: bool,
@@ -275,11 +281,11 @@ def _findings_cmd() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "findings"]
 
 
-def timed(argv: list[str], cwd: Path, stdout: Path) -> tuple[float, float]:
+def timed(argv: list[str], cwd: Path, stdout: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run one command in a fresh process: (wall seconds, peak RSS MiB of the child)."""
     with open(stdout, "wb") as out, open(stdout.with_suffix(".err"), "wb") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err)
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env={**os.environ, **(env or {})})
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -289,17 +295,79 @@ def timed(argv: list[str], cwd: Path, stdout: Path) -> tuple[float, float]:
     return wall, usage.ru_maxrss / 1024  # Linux: KiB
 
 
+#: Environment of a command run without the render cache (cold: it reads every run file).
+NO_CACHE = {"FINDINGS_CACHE": "off"}
+
+
+def _last_campaign(folder: Path) -> tuple[list[Path], list[Path]]:
+    """The store's files: (those of every campaign but the last, the last's)."""
+    files = sorted(p for p in (folder / "runs").iterdir() if not p.name.startswith("."))
+    last = max(p.name.split("-")[1] for p in files)
+    return [p for p in files if p.name.split("-")[1] != last], [p for p in files if p.name.split("-")[1] == last]
+
+
+def _link(files: list[Path], runs: Path) -> None:
+    runs.mkdir(parents=True, exist_ok=True)
+    for p in files:
+        os.link(p, runs / p.name)
+
+
+def write_latency(folder: Path, seed: int, writes: int = 4) -> float:
+    """Median seconds of ``store.add_run`` of one new run (a point of a new
+    campaign) into the store, in this process, through the store's index;
+    the runs written are removed afterwards."""
+    rng = random.Random(seed + 7)
+    times = []
+    written: list[Path] = []
+    for i in range(writes):
+        run_id = f"perf-write-{seed}-{i}-{rng.getrandbits(40):010x}"
+        campaign = Campaign(name=f"write-probe-{run_id}", date="2099-01-01", order=None)
+        metrics = _metrics(rng, "baseline", "sharegpt-chat", 8, 900.0, 128)
+        point = Point(id=point_id(run_id, 0), run_id=run_id, campaign=campaign.name, config="baseline",
+                      workload="sharegpt-chat", concurrency=8, metrics=metrics, source="runner", source_file=None,
+                      source_line=None, requests=_requests(rng, 8, 64, metrics["median_tpot_ms"],
+                                                           metrics["median_ttft_ms"]))
+        run = Run(schema_version=SCHEMA_VERSION, run_id=run_id, source="runner", importer="findings-bench",
+                  importer_version="1", tool_version="0.1.0", created_at="2099-01-01T00:00:00Z", source_file=None,
+                  source_sha256=hashlib.sha256(run_id.encode()).hexdigest(), environment={},
+                  campaigns=(campaign,), configs={"baseline": {"speculative_algorithm": "none"}}, points=(point,))
+        t0 = time.perf_counter()
+        written.append(store_mod.add_run(folder, run))
+        times.append(time.perf_counter() - t0)
+    for path in written:
+        path.unlink()
+        store_mod.sidecar_path(folder, path.stem).unlink(missing_ok=True)
+    return sorted(times)[len(times) // 2]
+
+
 def measure(sizes: list[int] | tuple[int, ...] = DEFAULT_SIZES, workdir: Path | str = "build/perf/render",
             seed: int = 0, repeats: int = 1, rebuild: bool = False,
             request_fraction: float = REQUEST_FRACTION) -> list[dict[str, Any]]:
-    """Rows {size, command, wall_s, peak_rss_mib, store_mib, runs, points_with_requests};
-    wall_s is the best of ``repeats`` fresh processes, peak RSS that run's."""
+    """Rows {size, command, wall_s, peak_rss_mib, store_mib, bytes_per_point, runs,
+    points_with_requests}; wall_s is the best of ``repeats`` fresh processes,
+    peak RSS that run's. Commands:
+
+    - ``render`` and ``conclusions``: without the render cache (every run file read);
+    - ``render-cold-cache``: the store less its last campaign, into an empty cache;
+    - ``render-new-campaign``: then with the last campaign's run files added
+      (the earlier runs from the cache, the document derived again);
+    - ``render-warm``: then again, nothing changed;
+    - ``write``: ``store.add_run`` of one run into the whole store (in process, median of 4).
+    """
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     settings = _settings(workdir)
     rows = []
     for size in sizes:
         folder, stats = _cached_store(workdir, size, seed, rebuild, request_fraction)
+        common = {"store_mib": round(_store_mib(folder), 1),
+                  "bytes_per_point": round(_store_bytes(folder) / max(1, stats["points"])),
+                  "runs": stats["runs"], "points_with_requests": stats["points_with_requests"]}
+
+        def row(name: str, wall: float, rss: float | None) -> None:
+            rows.append({"size": size, "command": name, "wall_s": round(wall, 3),
+                         "peak_rss_mib": round(rss, 1) if rss is not None else None, **common})
+
         base = _findings_cmd() + ["--store", str(folder), "--settings", str(settings)]
         commands = {
             "render": base + ["render", "--output", str(workdir / f"doc-{size}.md")],
@@ -308,13 +376,38 @@ def measure(sizes: list[int] | tuple[int, ...] = DEFAULT_SIZES, workdir: Path | 
         for name, argv in commands.items():
             best: tuple[float, float] | None = None
             for _ in range(repeats):
-                wall, rss = timed(argv, workdir, workdir / f"{name}-{size}.out")
+                wall, rss = timed(argv, workdir, workdir / f"{name}-{size}.out", NO_CACHE)
                 if best is None or wall < best[0]:
                     best = (wall, rss)
             assert best is not None
-            rows.append({"size": size, "command": name, "wall_s": round(best[0], 3),
-                         "peak_rss_mib": round(best[1], 1), "store_mib": round(_store_mib(folder), 1),
-                         "runs": stats["runs"], "points_with_requests": stats["points_with_requests"]})
+            row(name, *best)
+        # The cache: the store less its last campaign, then the campaign added.
+        grown = workdir / f"grown-{size}"
+        cache = workdir / f"cache-{size}"
+        for path in (grown, cache):
+            if path.exists():
+                shutil.rmtree(path)
+        earlier, last = _last_campaign(folder)
+        _link(earlier, grown / "runs")
+        env = {"FINDINGS_CACHE_DIR": str(cache)}
+        argv = _findings_cmd() + ["--store", str(grown), "--settings", str(settings), "render", "--output",
+                                  str(workdir / f"doc-{size}-grown.md")]
+        row("render-cold-cache", *timed(argv, workdir, workdir / f"render-cold-{size}.out", env))
+        _link(last, grown / "runs")
+        row("render-new-campaign", *timed(argv, workdir, workdir / f"render-new-{size}.out", env))
+        best = None
+        for _ in range(repeats):
+            wall, rss = timed(argv, workdir, workdir / f"render-warm-{size}.out", env)
+            if best is None or wall < best[0]:
+                best = (wall, rss)
+        assert best is not None
+        row("render-warm", *best)
+        cached = (workdir / f"doc-{size}-grown.md").read_text().replace(grown.name, folder.name)
+        if cached != (workdir / f"doc-{size}.md").read_text():
+            raise RuntimeError(f"the cached render of the {size}-point store differs from the uncached one")
+        shutil.rmtree(grown)
+        shutil.rmtree(cache)
+        row("write", write_latency(folder, seed), None)
     return rows
 
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import pytest
 
+from conftest import run_docs
+
 # Not part of `make test`: the engine's first build takes minutes on 2 cores
 # (tools/get_llama_server.sh caches it per machine). `make test-engine` sets this.
 pytestmark = pytest.mark.skipif(os.environ.get("FINDINGS_ENGINE") != "1",
@@ -107,8 +109,7 @@ def sweep(engine: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     print(r.stdout, r.stderr)
     assert r.returncode == 0, r.stderr[-3000:]
     points: Points = {}
-    for path in sorted((store / "runs").glob("*.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
+    for doc in run_docs(store):
         for p in doc["points"]:
             api = p["workload_params"]["api"]
             points[(api, p["config"], p["concurrency"])] = {**p, "facts": doc["configs"][p["config"]],

@@ -39,6 +39,8 @@ from typing import Any
 
 import pytest
 
+from conftest import run_docs
+
 pytestmark = pytest.mark.skipif(os.environ.get("FINDINGS_ENGINE") != "1",
                                 reason="the real vLLM engine tier: run `make test-engine`")
 
@@ -96,8 +98,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Points:
     print(r.stdout, r.stderr)
     assert r.returncode == 0, r.stderr[-3000:]
     points: Points = {}
-    for path in sorted((store / "runs").glob("*.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
+    for doc in run_docs(store):
         for p in doc["points"]:
             points[(p["config"], p["concurrency"])] = {**p, "facts": doc["configs"][p["config"]]}
     _write_summary(points)

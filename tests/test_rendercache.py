@@ -1,0 +1,128 @@
+"""The render cache (findings/rendercache.py, D77): a cold cache, a warm one
+and none give the same bytes, on the seed store and on a synthetic store
+with per-request records; a render after adding a campaign reads only the
+new run files; a damaged cache is a miss, never a wrong document."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cli
+from findings import rendercache
+from findings import store as store_mod
+
+sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))
+import render_scaling  # noqa: E402
+
+
+def render(tmp: Path, *args: str) -> bytes:
+    out = tmp / "out.md"
+    r = cli(*args, "render", "--output", str(out))
+    assert r.exit_code == 0, r.output
+    return out.read_bytes()
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("FINDINGS_CACHE_DIR", str(folder))
+    monkeypatch.delenv("FINDINGS_CACHE", raising=False)
+    return folder
+
+
+def test_the_seed_document_is_the_same_with_no_cache_a_cold_one_and_a_warm_one(tmp_path: Path, cache: Path) -> None:
+    committed = (ROOT / "eagle-fast-verify.md").read_bytes()
+    with rendercache.off():
+        assert render(tmp_path, "--settings", str(ROOT / "findings.toml")) == committed
+    assert not cache.exists()
+    assert render(tmp_path, "--settings", str(ROOT / "findings.toml")) == committed  # cold
+    assert list((cache / "documents").iterdir()) and list((cache / "stores").iterdir())
+    assert cache.stat().st_mode & 0o777 == 0o700  # made private, whatever the umask
+    assert render(tmp_path, "--settings", str(ROOT / "findings.toml")) == committed  # warm
+    r = cli("--settings", str(ROOT / "findings.toml"), "render", "--check")
+    assert r.exit_code == 0, r.output
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    read: list[str] = []
+    real = store_mod.read_run
+
+    def counted(path: Path, requests: bool = True):  # type: ignore[no-untyped-def]
+        read.append(Path(path).name)
+        return real(path, requests)
+
+    monkeypatch.setattr(store_mod, "read_run", counted)
+    return read
+
+
+def test_a_synthetic_store_renders_the_same_and_a_new_campaign_reads_only_its_runs(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    full = tmp_path / "full"
+    render_scaling.build_store(full, 900, seed=3, request_fraction=0.3)
+    names = sorted(p.name for p in (full / "runs").glob("*.json"))
+    sidecars = sorted((full / "runs").glob(f"*{store_mod.SIDECAR_SUFFIX}"))
+    assert sidecars and len(names) > 20
+    # The store without its last campaign, then with it.
+    last = max({n.split("-")[1] for n in names})
+    store = tmp_path / "store"
+    (store / "runs").mkdir(parents=True)
+    for p in (full / "runs").iterdir():
+        if last not in p.name:
+            shutil.copy2(p, store / "runs" / p.name)
+    settings = tmp_path / "findings.toml"
+    settings.write_text(f'[findings]\ntitle = "cache"\nbaseline = "baseline"\ntemplates = "{ROOT / "templates"}"\n'
+                        f'template = "eagle-fast-verify.md.j2"\nstore = "{store}"\ndocument = "doc.md"\n')
+    args = ("--settings", str(settings))
+    with rendercache.off():
+        old_doc = render(tmp_path, *args)
+    read = _counting(monkeypatch)
+    assert render(tmp_path, *args) == old_doc  # cold: every run read once
+    assert sorted(read) == sorted(n for n in names if last not in n)
+    read.clear()
+    assert render(tmp_path, *args) == old_doc and read == []  # warm: the document itself
+    r = cli(*args, "conclusions", "--json")
+    assert r.exit_code == 0 and read == []  # every run from the cache
+
+    new = [n for n in names if last in n]
+    for p in (full / "runs").iterdir():
+        if last in p.name:
+            shutil.copy2(p, store / "runs" / p.name)
+    doc = render(tmp_path, *args)
+    assert sorted(read) == sorted(new)  # only the new campaign's run files
+    with rendercache.off():
+        assert render(tmp_path, *args) == doc != old_doc
+
+    # A damaged cache is a miss: every entry overwritten with garbage.
+    for p in cache.rglob("*.pickle"):
+        p.write_bytes(b"not a pickle")
+    read.clear()
+    assert render(tmp_path, *args) == doc and sorted(read) == names
+    # A new time stamp alone: hashed again, the same content, nothing read.
+    target = store / "runs" / names[0]
+    stat = target.stat()
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns - 5_000_000_000))
+    read.clear()
+    assert render(tmp_path, *args) == doc and read == []
+    # Other content (what no findings writer does, but an editor might): read again.
+    edited = json.loads(target.read_text())
+    edited["points"][0]["metrics"]["output_throughput_tok_s"] *= 3
+    target.write_text(json.dumps(edited, indent=1))
+    read.clear()
+    changed = render(tmp_path, *args)
+    assert read == [names[0]] and changed != doc
+    with rendercache.off():
+        assert render(tmp_path, *args) == changed
+
+
+def test_an_unsafe_cache_folder_is_not_used(tmp_path: Path, cache: Path) -> None:
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o777)  # others could plant entries: not read, not written
+    assert render(tmp_path, "--settings", str(ROOT / "findings.toml")) == \
+        (ROOT / "eagle-fast-verify.md").read_bytes()
+    assert list(cache.iterdir()) == []

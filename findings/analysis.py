@@ -47,7 +47,7 @@ class Rules:
     drift_window: int = 10
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Cell:
     workload: str
     campaign: str
@@ -69,7 +69,7 @@ class Cell:
         return (self.hi - self.lo) / self.mean
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Comparison:
     """``a`` measured against the reference ``b``."""
 

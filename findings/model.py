@@ -40,7 +40,7 @@ class Campaign:
         return f"order {self.order}" if self.order is not None else "undated"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Point:
     """One stored measurement. ``metrics`` holds THROUGHPUT, except for points
     that measure something other than a server's output (findings' own

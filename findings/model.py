@@ -64,6 +64,11 @@ class Point:
     #: keeps this instead of the records; None: compute it from ``requests``.
     series: tuple[float, ...] | None = None
 
+    def __reduce__(self) -> tuple[type["Point"], tuple[object, ...]]:
+        # Unpickled through __init__ (the render cache): several times faster
+        # than the generic state of a frozen dataclass with slots.
+        return (Point, tuple(getattr(self, name) for name in self.__slots__))
+
     @property
     def throughput(self) -> float:
         return self.metrics[THROUGHPUT]

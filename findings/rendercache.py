@@ -6,8 +6,8 @@ Two levels, both keyed by content hashes:
 - **Per run file.** The run as read and validated, with each point's
   throughput per time window (stats.window_series) computed from its
   per-request records and the records themselves left out. Keyed by the
-  sha256 of the run file and of its sidecar, so a render after adding a
-  campaign reads and parses only the new run files.
+  sha256 of the run file and of its sidecar, and of the findings code, so a
+  render after adding a campaign reads and parses only the new run files.
 - **Per document.** The rendered text and its plots, keyed by every run's
   key, the settings, the template files and the findings code itself. A
   render of an unchanged store reads nothing else.
@@ -214,17 +214,29 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
         return store_mod.load(store)  # the same message for a store that is not one
     runs: list[Run] = []
     folder_ = store / store_mod.RUNS
+    code = code_fingerprint() if found.cache is not None else ""
     with store_mod._quiet_gc():
         for name, key in found.files:
             path = folder_ / name
+            # The entry is the run's content as this code derived it: other
+            # code (another findings, another Python) never reads it.
+            key = hashlib.sha256(f"{code}|{key}".encode()).hexdigest()
             entry = found.cache / "runs" / key[:2] / f"{key}.pickle" if found.cache is not None else None
             run = _read_pickle(entry) if entry is not None and entry.exists() else None
-            if not (isinstance(run, Run) and f"{run.run_id}.json" == name):
+            if not _plausible(run, name):
                 run = _derived(store_mod.read_run(path))
                 if entry is not None:
                     _write(entry, pickle.dumps(dataclasses.replace(run, path=None), protocol=pickle.HIGHEST_PROTOCOL))
             runs.append(dataclasses.replace(run, path=str(path)))
     return store_mod.merge(runs)
+
+
+def _plausible(run: object, name: str) -> bool:
+    """A cheap check of an unpickled entry's shape (the key already names its
+    content and the code that wrote it)."""
+    return (isinstance(run, Run) and f"{run.run_id}.json" == name
+            and all(type(p) is Point and type(p.metrics) is dict and type(p.concurrency) is int
+                    for p in run.points))
 
 
 def document_key(found: Scan, *parts: object) -> str | None:

@@ -126,3 +126,16 @@ def test_an_unsafe_cache_folder_is_not_used(tmp_path: Path, cache: Path) -> None
     assert render(tmp_path, "--settings", str(ROOT / "findings.toml")) == \
         (ROOT / "eagle-fast-verify.md").read_bytes()
     assert list(cache.iterdir()) == []
+
+
+def test_entries_of_other_code_are_never_read(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run entry is keyed by the findings code too: one written by another
+    version (whose classes may differ) is never unpickled."""
+    settings = ("--settings", str(ROOT / "findings.toml"))
+    committed = (ROOT / "eagle-fast-verify.md").read_bytes()
+    monkeypatch.setattr(rendercache, "_CODE", "another findings")
+    assert render(tmp_path, *settings) == committed
+    monkeypatch.setattr(rendercache, "_CODE", None)  # this code again
+    read = _counting(monkeypatch)
+    r = cli(*settings, "conclusions", "--json")
+    assert r.exit_code == 0 and read == [p.name for p in sorted((ROOT / "benchmarks/results/runs").glob("*.json"))]

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, TypeGuard
 
 from findings import store as store_mod
 from findings.analysis import point_series
@@ -231,7 +231,7 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
     return store_mod.merge(runs)
 
 
-def _plausible(run: object, name: str) -> bool:
+def _plausible(run: object, name: str) -> TypeGuard[Run]:
     """A cheap check of an unpickled entry's shape (the key already names its
     content and the code that wrote it)."""
     return (isinstance(run, Run) and f"{run.run_id}.json" == name

@@ -47,6 +47,16 @@ READY = re.compile(r"findings-emulator: profile (\S+) listening on (http://\S+)"
 TOLERANCE = 0.05
 
 
+
+def first_point(path: Path) -> dict[str, Any]:
+    """A run file's first point: its metrics, and its per-request records
+    wherever the store keeps them (inline, or in the run's sidecar since
+    store schema 4), read and checked by findings' own store reader."""
+    from findings import store as store_mod  # noqa: PLC0415 (the project's venv runs this script)
+
+    point = store_mod.read_run(path).points[0]
+    return {"metrics": dict(point.metrics), "requests": point.requests}
+
 def rel(p: Path) -> str:
     try:
         return str(p.relative_to(ROOT))
@@ -325,8 +335,7 @@ def run_ours(a: argparse.Namespace, profile: str, c: int, n: int, out: Path, tag
         run.error = f"findings bench exited {p.returncode}; {len(new)} new run files; log {rel(clog)}:\n{tail(clog)}"
         if not new:
             return run
-    doc = json.loads(new[-1].read_text(encoding="utf-8"))
-    pt = doc["points"][0]
+    pt = first_point(new[-1])
     m = pt["metrics"]
     keep = ("output_throughput_tok_s", "median_ttft_ms", "mean_ttft_ms", "p99_ttft_ms", "median_itl_ms",
             "median_tpot_ms", "median_e2e_latency_ms", "duration", "completed", "failed", "total_output_tokens",

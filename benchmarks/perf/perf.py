@@ -170,7 +170,7 @@ def ours(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, time
     files = sorted((store / "runs").glob("*.json")) if (store / "runs").is_dir() else []
     if rc != 0 or not files:
         raise SystemExit(f"perf: findings bench failed (exit {rc}); log {work / f'client-{tag}.log'}")
-    point = json.loads(files[-1].read_text(encoding="utf-8"))["points"][0]
+    point = crosscheck.first_point(files[-1])
     m = point["metrics"]
     events = sum(len(e) for e in point["requests"]["event_s"])
     keep = ("output_throughput_tok_s", "client_loop_lag_p99_ms", "client_cpu_fraction", "completed",
@@ -310,7 +310,7 @@ def section_emulator(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
         files = sorted((store / "runs").glob("*.json"))
         if rc != 0 or not files:
             raise SystemExit(f"perf: findings bench failed (exit {rc}); log {work / f'client-{tag}.log'}")
-        m = json.loads(files[-1].read_text(encoding="utf-8"))["points"][0]["metrics"]
+        m = crosscheck.first_point(files[-1])["metrics"]
         rows.append({"workload": "emulator-schedule", "config": f"speed-{speed:g}", "concurrency": c,
                      "speed": speed, "output_throughput_tok_s": m["output_throughput_tok_s"],
                      "steps": float(sched.get("steps", 0)),

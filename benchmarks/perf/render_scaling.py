@@ -281,18 +281,30 @@ def _findings_cmd() -> list[str]:
     return [str(script)] if script.is_file() else [sys.executable, "-m", "findings"]
 
 
+#: Runs a command and writes its peak RSS (KiB) to a file. Linux keeps a
+#: process's peak RSS across exec, and a child started from a large
+#: process (perf.py after its client section: 160 MiB) would report at
+#: least that much; the grandchild of this small wrapper starts afresh.
+#: It also times the command itself (its own start-up left out).
+_PEAK = ("import os, subprocess, sys, time\n"
+         "t0 = time.perf_counter()\n"
+         "p = subprocess.Popen(sys.argv[2:])\n"
+         "_, status, usage = os.wait4(p.pid, 0)\n"
+         "open(sys.argv[1], 'w').write(f'{time.perf_counter() - t0} {usage.ru_maxrss}')\n"
+         "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
 def timed(argv: list[str], cwd: Path, stdout: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
-    """Run one command in a fresh process: (wall seconds, peak RSS MiB of the child)."""
+    """Run one command in a fresh process: (wall seconds, peak RSS MiB of the command)."""
+    peak = stdout.with_suffix(".peak")
     with open(stdout, "wb") as out, open(stdout.with_suffix(".err"), "wb") as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env={**os.environ, **(env or {})})
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc = subprocess.run([sys.executable, "-c", _PEAK, str(peak), *argv], cwd=cwd, stdout=out, stderr=err,
+                              env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): "
                            f"{stdout.with_suffix('.err').read_text()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024  # Linux: KiB
+    wall, kib = peak.read_text().split()
+    return float(wall), int(kib) / 1024  # Linux: KiB
 
 
 #: Environment of a command run without the render cache (cold: it reads every run file).

@@ -155,8 +155,9 @@ def _ratios(rng: random.Random, a: tuple[float, ...], b: tuple[float, ...], resa
     for _ in range(resamples):
         sa = sum(a[rng.randrange(na)] for _ in range(na))
         sb = sum(b[rng.randrange(nb)] for _ in range(nb))
-        if sb > 0:
-            ratios.append((sa / na) / (sb / nb))
+        mb = sb / nb
+        if mb > 0:  # not sb: a sum of subnormals over n can round to 0
+            ratios.append((sa / na) / mb)
     return ratios
 
 
@@ -199,9 +200,10 @@ def _ratios_vectorised(rng: random.Random, a: tuple[float, ...], b: tuple[float,
     for j in range(1, n):  # left to right, like sum(), not numpy's pairwise sum
         sa += av[:, j]
         sb += bv[:, j]
-    keep = sb > 0
+    mb = sb / n
+    keep = mb > 0
     with np.errstate(over="ignore"):  # inf, as Python's float division gives
-        ratios = (sa[keep] / n) / (sb[keep] / n)
+        ratios = (sa[keep] / n) / mb[keep]
     ratios.sort()
     return ratios
 

@@ -211,9 +211,11 @@ def test_until_decided_repeats_in_turn_until_the_rule_decides(measured: Path, tm
         r.stdout
     n = int(line[0].split("after ")[1].split(" repeats")[0])
     assert 2 <= n <= 6
-    runs = [json.loads(p.read_text()) for p in (work / "st" / "runs").glob("*.json")]
-    ud = sorted((r["provenance"]["started_at"], r["points"][0]["config"], r["provenance"]["repeat"])
-                for r in runs if r["campaigns"][0]["name"] == "ud")
+    # in the order the runner wrote them (started_at has whole seconds: two short points can share one)
+    files = sorted((work / "st" / "runs").glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    runs = [json.loads(p.read_text()) for p in files]
+    ud = [(r["provenance"]["started_at"], r["points"][0]["config"], r["provenance"]["repeat"])
+          for r in runs if r["campaigns"][0]["name"] == "ud"]
     assert len(ud) == 2 * n
     # alternating order: the baseline first in odd rounds, last in even ones
     order = [cfg for _, cfg, _ in ud]

@@ -142,6 +142,15 @@ def test_vectorised_bootstrap_is_the_reference_bit_for_bit(n, resamples, seed, d
     assert stats._ratios_vectorised(fast, a, b, resamples).tolist() == sorted(stats._ratios(ref, a, b, resamples))
 
 
+def test_a_resample_whose_mean_underflows_to_zero_is_left_out_by_both():
+    """Found by the test above: b = (0, 5e-324) resamples to a positive sum
+    whose mean over 2 rounds to 0; neither implementation may divide by it."""
+    a, b = (0.0, 0.0), (0.0, 5e-324)
+    for seed in range(20):
+        ref, fast = random.Random(seed), random.Random(seed)
+        assert stats._ratios_vectorised(fast, a, b, 50).tolist() == sorted(stats._ratios(ref, a, b, 50))
+
+
 def test_bootstrap_of_unequal_sizes_takes_the_reference():
     lo, hi = stats.ratio_ci((1.0, 2.0, 3.0), (1.0, 2.0), 0.95, 200, "x")
     rng = random.Random(zlib.crc32(b"x"))

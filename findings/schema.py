@@ -283,6 +283,7 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
         per_campaign[c] = {r.name(k, f"campaign_configs.{c}"): r.scalars(v, f"campaign_configs.{c}.{k}")
                            for k, v in r.obj(cfgs, f"campaign_configs.{c}").items()}
     points = []
+    canon: dict[str, str] = {}
     source_file = src.get("path")
     fast = source_file is None or type(source_file) is str  # else every point takes the checked path
     for i, p in enumerate(r.array(doc.get("points"), "points")):
@@ -303,9 +304,15 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
                 and type(params := p.get("workload_params", {})) is dict
                 and set(map(type, params.values())) <= _SCALARS
                 and all(-_BIG < x < _BIG for x in params.values() if type(x) is float)):
-            points.append(Point(id=point_id(run_id, i), run_id=run_id, campaign=campaign, config=config,
-                                workload=workload, concurrency=conc, metrics=dict(metrics_raw), source=source,
-                                source_file=source_file, source_line=line, note=note, workload_params=params,
+            # One string object per distinct name and parameter value in a
+            # run (the parser makes one per occurrence): about 40 MiB fewer
+            # at 100k points.
+            points.append(Point(id=point_id(run_id, i), run_id=run_id, campaign=canon.setdefault(campaign, campaign),
+                                config=canon.setdefault(config, config), workload=canon.setdefault(workload, workload),
+                                concurrency=conc, metrics=dict(metrics_raw), source=source,
+                                source_file=source_file, source_line=line, note=note,
+                                workload_params={k: canon.setdefault(v, v) if type(v) is str else v
+                                                 for k, v in params.items()},
                                 requests=requests))
             continue
         where = f"points[{i}]"

@@ -20,8 +20,9 @@ files are never written here. A missing, damaged or foreign cache entry is
 a miss: the result is computed again, so a render with a cold cache, a
 warm one or none gives the same bytes.
 
-Where: ``$FINDINGS_CACHE_DIR``, else ``$XDG_CACHE_HOME/findings``, else
-``~/.cache/findings``. ``FINDINGS_CACHE=off`` turns it off. Entries are
+Where: ``$FINDINGS_CACHE_DIR``, else ``$XDG_CACHE_HOME/findings/render``,
+else ``~/.cache/findings/render`` (beside, not among, the engine builds
+that tools/ caches in ``~/.cache/findings``). ``FINDINGS_CACHE=off`` turns it off. Entries are
 pickles, which only this user's findings writes and reads (a cache folder
 someone else can write to is not used).
 """
@@ -61,7 +62,7 @@ def folder() -> Path | None:
     if explicit:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "findings"
+    return Path(base) / "findings" / "render"
 
 
 _CODE: str | None = None

@@ -139,3 +139,18 @@ def test_entries_of_other_code_are_never_read(tmp_path: Path, cache: Path, monke
     read = _counting(monkeypatch)
     r = cli(*settings, "conclusions", "--json")
     assert r.exit_code == 0 and read == [p.name for p in sorted((ROOT / "benchmarks/results/runs").glob("*.json"))]
+
+
+def test_where_the_cache_lives(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Its own folder beside the engine builds that tools/ caches in ~/.cache/findings."""
+    monkeypatch.delenv("FINDINGS_CACHE_DIR", raising=False)
+    monkeypatch.delenv("FINDINGS_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert rendercache.folder() == tmp_path / "findings" / "render"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert rendercache.folder() == tmp_path / "home" / ".cache" / "findings" / "render"
+    monkeypatch.setenv("FINDINGS_CACHE_DIR", str(tmp_path / "mine"))
+    assert rendercache.folder() == tmp_path / "mine"
+    monkeypatch.setenv("FINDINGS_CACHE", "off")
+    assert rendercache.folder() is None

@@ -191,10 +191,11 @@ def runs_at(top: Path, commit: str, store_rel: str) -> list[Run]:
         label = f"{commit[:12]}:{runs_rel}/{name}"
         run = store.parse_run(bodies[name], label, name[:-len(".json")])
         if run.sidecar is not None:
-            where = PurePosixPath(f"{commit[:12]}:{runs_rel}/{run.sidecar.file}")
+            where = f"{commit[:12]}:{runs_rel}/{run.sidecar.file}"
             if run.sidecar.file not in bodies:
                 raise FindingsError(f"{label}: its per-request records {where} are missing at that commit")
-            run = store.with_requests(run, Path(str(where)), label, bodies[run.sidecar.file])
+            run = store.with_requests(run, store.parse_sidecar(bodies[run.sidecar.file], run.sidecar, run.run_id,
+                                                               label, where))
         runs.append(run)
     return runs
 

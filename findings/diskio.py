@@ -89,14 +89,16 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _write_temp(path: Path, data: bytes) -> Path:
-    """The data in a synced temp file beside ``path``; removed again on any failure."""
+def _write_temp(path: Path, data: bytes, durable: bool = True) -> Path:
+    """The data in a temp file beside ``path`` (synced if ``durable``);
+    removed again on any failure."""
     fd, tmp = _temp(path.parent, path.name)
     try:
         try:
             os.fchmod(fd, 0o644)  # the umask may have narrowed it; documents and runs are shared
             _write_all(fd, data)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
     except BaseException:
@@ -132,13 +134,15 @@ def write_new(path: Path, data: bytes) -> Path:
     return path
 
 
-def write_replace(path: Path, data: bytes | str, *, make_parent: bool = True) -> Path:
-    """Write or overwrite ``path`` atomically: the old content or the new, never half."""
+def write_replace(path: Path, data: bytes | str, *, make_parent: bool = True, durable: bool = True) -> Path:
+    """Write or overwrite ``path`` atomically: the old content or the new, never half.
+    Without ``durable``, no fsync: for derived files (the render cache) that
+    may be lost in a crash but never read half-written."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
         if make_parent:
             path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _write_temp(path, raw)
+        tmp = _write_temp(path, raw, durable)
     except OSError as exc:
         raise DiskError(path, exc) from None
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -37,9 +38,7 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
     on changed."""
     found = rendercache.scan(settings.store)
     slot = f"{document}|{settings.template}"
-    key = rendercache.document_key(found, settings, str(document),
-                                   rendercache.templates_fingerprint(settings.templates)) \
-        if found.cache is not None else None
+    key = rendercache.document_key(found, settings.templates, settings, str(document))
     hit = rendercache.get_document(found, slot, key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
@@ -235,7 +234,6 @@ def _recorded_matrix(settings: Settings, data: Dataset, configs: set[str]) -> tu
     m = best[1]
     for candidate in (Path(m.path), settings.root / m.path, Path.cwd() / m.path):
         if candidate.is_file():
-            import hashlib
             if hashlib.sha256(candidate.read_bytes()).hexdigest() != m.sha256:
                 return None, (f"{m.path} changed since it measured these configs (sha256 differs): "
                               f"pass --from-matrix to use it anyway, or another")

@@ -39,10 +39,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping, TypeGuard
+from typing import Any, TypeGuard
 
+from findings import diskio
 from findings import store as store_mod
 from findings.analysis import point_series
+from findings.validity import records_counted
 from findings.model import Dataset, Point, Run
 from findings.schema import SIDECAR_SUFFIX
 
@@ -68,14 +70,19 @@ def folder() -> Path | None:
 _CODE: str | None = None
 
 
+def _hash_tree(h: Any, root: Path, pattern: str) -> None:
+    """Every file under ``root`` matching ``pattern``: its path and bytes."""
+    for path in sorted(p for p in root.rglob(pattern) if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+
+
 def code_fingerprint() -> str:
     """The findings code (every module, and the Python it runs on): an entry
     derived by other code is never used."""
     global _CODE
     if _CODE is None:
         h = hashlib.sha256(f"{VERSION}|{sys.version}".encode())
-        for path in sorted(PACKAGE.rglob("*.py")):
-            h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes() + b"\0")
+        _hash_tree(h, PACKAGE, "*.py")
         _CODE = h.hexdigest()
     return _CODE
 
@@ -104,18 +111,10 @@ def _usable(cache: Path | None) -> Path | None:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Atomically; a cache that cannot be written (a full disk, a read-only
-    home) is simply not kept."""
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+    """Atomically, without fsync (a derived file); a cache that cannot be
+    written (a full disk, a read-only home) is simply not kept."""
+    with contextlib.suppress(diskio.DiskError):
+        diskio.write_replace(path, data, durable=False)
 
 
 def _read_pickle(path: Path) -> Any:
@@ -155,13 +154,12 @@ def scan(store: Path) -> Scan:
         entries = sorted((e.name, e.stat()) for e in os.scandir(runs) if not e.name.startswith("."))
     except (FileNotFoundError, NotADirectoryError):
         return Scan(store, cache, ())
-    manifest_path = cache / "stores" / f"{_store_id(store)}.json" if cache is not None else None
+    manifest_path = cache / "stores" / f"{_store_id(store)}.json"
     known: dict[str, list[Any]] = {}
-    if manifest_path is not None:
-        with contextlib.suppress(OSError, ValueError):
-            doc = json.loads(manifest_path.read_text(encoding="utf-8"))
-            if doc.get("version") == VERSION and doc.get("store") == str(store.resolve()):
-                known = doc["files"]
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if doc.get("version") == VERSION and doc.get("store") == str(store.resolve()):
+            known = doc["files"]
     now = time.time()
     hashes: dict[str, str] = {}
     recorded: dict[str, list[Any]] = {}
@@ -178,7 +176,7 @@ def scan(store: Path) -> Scan:
         hashes[name] = digest
         if now - st.st_mtime_ns / 1e9 > RACY_S:
             recorded[name] = stamp + [digest]
-    if manifest_path is not None and recorded != known:
+    if recorded != known:
         _write(manifest_path, json.dumps({"version": VERSION, "store": str(store.resolve()),
                                           "files": recorded}, sort_keys=True).encode())
     files = []
@@ -191,19 +189,12 @@ def scan(store: Path) -> Scan:
 
 def _derived(run: Run) -> Run:
     """The run as the render needs it: window series in, records out (but
-    the ``error`` column of a point that stored no ``failed`` count, which
-    validity.counts counts its failures from)."""
+    what validity.counts reads of them)."""
     if not any(p.requests for p in run.points):
         return run
-    points = tuple(dataclasses.replace(p, series=point_series(p), requests=_kept(p)) if p.requests else p
+    points = tuple(dataclasses.replace(p, series=point_series(p), requests=records_counted(p)) if p.requests else p
                    for p in run.points)
     return dataclasses.replace(run, points=points)
-
-
-def _kept(p: Point) -> Mapping[str, object] | None:
-    if "failed" in p.metrics or p.requests is None or "error" not in p.requests:
-        return None
-    return {"error": p.requests["error"]}
 
 
 def load(store: Path, found: Scan | None = None) -> Dataset:
@@ -216,7 +207,7 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
     runs: list[Run] = []
     folder_ = store / store_mod.RUNS
     code = code_fingerprint() if found.cache is not None else ""
-    with store_mod._quiet_gc():
+    with store_mod.quiet_gc():
         for name, key in found.files:
             path = folder_ / name
             # The entry is the run's content as this code derived it: other
@@ -240,22 +231,17 @@ def _plausible(run: object, name: str) -> TypeGuard[Run]:
                     for p in run.points))
 
 
-def document_key(found: Scan, *parts: object) -> str | None:
-    """The key of one rendered document: the runs, the code, and ``parts``
-    (the settings, the document's path, the templates' contents)."""
+def document_key(found: Scan, templates: Path, *parts: object) -> str | None:
+    """The key of one rendered document: the runs, the code, the template
+    files under ``templates`` and ``parts`` (the settings, the document's
+    path); None without a cache."""
     if found.cache is None:
         return None
     h = hashlib.sha256(f"{code_fingerprint()}|{found.key}".encode())
+    _hash_tree(h, templates, "*")
     for part in parts:
-        h.update(b"\0" + (part if isinstance(part, bytes) else repr(part).encode()))
+        h.update(b"\0" + repr(part).encode())
     return h.hexdigest()
-
-
-def templates_fingerprint(templates: Path) -> bytes:
-    h = hashlib.sha256()
-    for path in sorted(p for p in templates.rglob("*") if p.is_file()):
-        h.update(str(path.relative_to(templates)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.digest()
 
 
 def _doc_entry(found: Scan, slot: str) -> Path | None:
@@ -280,17 +266,3 @@ def put_document(found: Scan, slot: str, key: str | None, value: Any) -> None:
     entry = _doc_entry(found, slot)
     if key is not None and entry is not None:
         _write(entry, pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL))
-
-
-@contextlib.contextmanager
-def off() -> Iterator[None]:
-    """The cache off for a while (tests)."""
-    old = os.environ.get("FINDINGS_CACHE")
-    os.environ["FINDINGS_CACHE"] = "off"
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["FINDINGS_CACHE"]
-        else:
-            os.environ["FINDINGS_CACHE"] = old

@@ -21,9 +21,9 @@ import gc
 import gzip
 import hashlib
 import json
-import zlib
 import os
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -53,7 +53,7 @@ def load_runs(store: Path, requests: bool = True) -> list[Run]:
             raise StoreError(f"{store}: the store is not a directory")
         return []
     runs = []
-    with _quiet_gc():
+    with quiet_gc():
         for path in sorted(folder.glob("*.json")):
             if path.name.startswith("."):
                 continue
@@ -67,7 +67,7 @@ FREEZE_AFTER = 100_000
 
 
 @contextlib.contextmanager
-def _quiet_gc() -> Iterator[None]:
+def quiet_gc() -> Iterator[None]:
     """The cyclic garbage collector off while a store is read.
 
     Parsed run files hold no reference cycles, so the collector finds nothing
@@ -97,7 +97,8 @@ def read_run(path: Path, requests: bool = True) -> Run:
         raise StoreError(f"{path}: cannot read: {exc}") from exc
     run = parse_run(raw, str(path), Path(path).stem)
     if requests and run.sidecar is not None:
-        run = with_requests(run, Path(path).parent / run.sidecar.file, str(path))
+        run = with_requests(run, read_sidecar(Path(path).parent / run.sidecar.file, run.sidecar, run.run_id,
+                                              str(path)))
     return run
 
 
@@ -133,12 +134,9 @@ def parse_sidecar(raw: bytes, sidecar: Sidecar, run_id: str, label: str,
     return {int(k): v for k, v in points.items()}
 
 
-def with_requests(run: Run, path: Path, label: str, raw: bytes | None = None) -> Run:
-    """The run with its sidecar's records put back into its points (read
-    from ``path``, or given as ``raw`` bytes)."""
-    assert run.sidecar is not None
-    records = (read_sidecar(path, run.sidecar, run.run_id, label) if raw is None
-               else parse_sidecar(raw, run.sidecar, run.run_id, label, str(path)))
+def with_requests(run: Run, records: Mapping[int, Mapping[str, object]]) -> Run:
+    """The run with its sidecar's records (``read_sidecar``, ``parse_sidecar``)
+    put back into its points."""
     points = tuple(dataclasses.replace(p, requests=records[i]) if i in records else p
                    for i, p in enumerate(run.points))
     return dataclasses.replace(run, points=points)
@@ -393,8 +391,13 @@ def _write_sidecar(path: Path, data: bytes) -> None:
             raise DuplicateError(f"{path} already exists with other content; nothing was written") from exc
 
 
+def _encode(doc: Mapping[str, object]) -> bytes:
+    """A run file's bytes."""
+    return (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
 def _write_new(path: Path, doc: Mapping[str, object]) -> Path:
-    data = (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+    data = _encode(doc)
     try:
         return diskio.write_new(path, data)  # atomic, and never replaces an existing file
     except FileExistsError as exc:
@@ -414,15 +417,19 @@ def migrate(store: Path) -> tuple[int, int, int, int]:
         for path in sorted((store / RUNS).glob("*.json")):
             if path.name.startswith("."):
                 continue
-            raw = path.read_bytes()
-            run = read_run(path)
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                raise StoreError(f"{path}: cannot read: {diskio.cause(exc)}") from None
+            # Records inline are in the run file itself; a run with a sidecar is
+            # of the current schema already: no sidecar needs reading.
+            run = parse_run(raw, str(path), path.stem)
             read += 1
-            version = jsonfast.loads(raw).get("schema_version")
-            inline = run.sidecar is None and any(p.requests is not None for p in run.points)
-            if version == SCHEMA_VERSION and not inline:
+            inline = any(p.requests is not None for p in run.points)
+            if run.sidecar is not None or (not inline and jsonfast.loads(raw).get("schema_version") == SCHEMA_VERSION):
                 continue
             doc, sidecar = _storable(run)
-            data = (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+            data = _encode(doc)
             if sidecar is not None:
                 _write_sidecar(sidecar_path(store, run.run_id), sidecar)
             try:

@@ -92,14 +92,24 @@ def _count(m: Mapping[str, float], key: str) -> int | None:
     return int(v) if v is not None else None
 
 
+def records_counted(p: Point) -> Mapping[str, object] | None:
+    """The part of a point's per-request records that ``counts`` reads: the
+    ``error`` column of a point that stored no ``failed`` count (what the
+    render cache keeps of the records, findings/rendercache.py)."""
+    if "failed" in p.metrics or not isinstance(p.requests, Mapping) or "error" not in p.requests:
+        return None
+    return {"error": p.requests["error"]}
+
+
 def counts(p: Point) -> Counts:
     """The point's request counts, from its metrics; an imported point that
     kept per-request records but no ``failed`` count (stored before the
     importers counted them) is counted from those records' errors."""
     m = p.metrics
     planned, completed, failed = _count(m, "planned"), _count(m, "completed"), _count(m, "failed")
-    if failed is None and isinstance(p.requests, Mapping):
-        errors = p.requests.get("error")
+    records = records_counted(p) if failed is None else None
+    if records is not None:
+        errors = records["error"]
         if isinstance(errors, list) and all(isinstance(e, str) for e in errors):
             failed = sum(1 for e in errors if e)
             if planned is None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -7,7 +8,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from click.testing import CliRunner, Result
@@ -107,3 +108,17 @@ def run_docs(store: Path) -> list[dict[str, Any]]:
                 doc["points"][int(k)]["requests"] = records
         docs.append(doc)
     return docs
+
+
+@contextlib.contextmanager
+def cache_off() -> Iterator[None]:
+    """The render cache off for a while (FINDINGS_CACHE=off)."""
+    old = os.environ.get("FINDINGS_CACHE")
+    os.environ["FINDINGS_CACHE"] = "off"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["FINDINGS_CACHE"]
+        else:
+            os.environ["FINDINGS_CACHE"] = old

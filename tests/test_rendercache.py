@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cli
+from conftest import ROOT, cache_off, cli
 from findings import rendercache
 from findings import store as store_mod
 
@@ -38,7 +38,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_the_seed_document_is_the_same_with_no_cache_a_cold_one_and_a_warm_one(tmp_path: Path, cache: Path) -> None:
     committed = (ROOT / "eagle-fast-verify.md").read_bytes()
-    with rendercache.off():
+    with cache_off():
         assert render(tmp_path, "--settings", str(ROOT / "findings.toml")) == committed
     assert not cache.exists()
     assert render(tmp_path, "--settings", str(ROOT / "findings.toml")) == committed  # cold
@@ -79,7 +79,7 @@ def test_a_synthetic_store_renders_the_same_and_a_new_campaign_reads_only_its_ru
     settings.write_text(f'[findings]\ntitle = "cache"\nbaseline = "baseline"\ntemplates = "{ROOT / "templates"}"\n'
                         f'template = "eagle-fast-verify.md.j2"\nstore = "{store}"\ndocument = "doc.md"\n')
     args = ("--settings", str(settings))
-    with rendercache.off():
+    with cache_off():
         old_doc = render(tmp_path, *args)
     read = _counting(monkeypatch)
     assert render(tmp_path, *args) == old_doc  # cold: every run read once
@@ -95,7 +95,7 @@ def test_a_synthetic_store_renders_the_same_and_a_new_campaign_reads_only_its_ru
             shutil.copy2(p, store / "runs" / p.name)
     doc = render(tmp_path, *args)
     assert sorted(read) == sorted(new)  # only the new campaign's run files
-    with rendercache.off():
+    with cache_off():
         assert render(tmp_path, *args) == doc != old_doc
 
     # A damaged cache is a miss: every entry overwritten with garbage.
@@ -116,7 +116,7 @@ def test_a_synthetic_store_renders_the_same_and_a_new_campaign_reads_only_its_ru
     read.clear()
     changed = render(tmp_path, *args)
     assert read == [names[0]] and changed != doc
-    with rendercache.off():
+    with cache_off():
         assert render(tmp_path, *args) == changed
 
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cli, run_docs
-from findings import rendercache
+from conftest import ROOT, cache_off, cli, run_docs
 from findings import store as store_mod
 from findings.errors import StoreError
 from findings.model import THROUGHPUT, Campaign, Point, Run
@@ -138,7 +137,7 @@ def test_an_old_store_reads_unchanged_and_migrates_to_the_same_document(tmp_path
     assert inline and max(d["schema_version"] for d in inline) < 4
     assert any("requests" in p for d in inline for p in d["points"])
     before = store_mod.load(store)
-    with rendercache.off():
+    with cache_off():
         doc_before = _render(conf, store, tmp_path / "before.md")
 
     r = cli("store", "migrate", store=store)
@@ -148,7 +147,7 @@ def test_an_old_store_reads_unchanged_and_migrates_to_the_same_document(tmp_path
         [(p.id, p.metrics, p.requests) for p in before.points]
     for old, new in zip(inline, run_docs(store)):
         assert new["schema_version"] == 4 and new["points"] == old["points"]
-    with rendercache.off():
+    with cache_off():
         assert _render(conf, store, tmp_path / "after.md") == doc_before
     assert _render(conf, store, tmp_path / "cold.md") == doc_before
     assert _render(conf, store, tmp_path / "warm.md") == doc_before

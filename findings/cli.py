@@ -181,10 +181,23 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Attach mode: prompt length (tokens or words).")
 @click.option("--output-len", type=click.IntRange(min=1), default=128, show_default=True,
               help="Attach mode: output tokens per request (ignore_eos).")
-@click.option("--prompts", type=click.Choice(["random-ids", "diverse", "fixed"]), default=None,
-              help="Attach mode: prompt set. Default: random-ids for native, diverse for OpenAI APIs.")
-@click.option("--ignore-eos/--no-ignore-eos", default=True, show_default=True,
-              help="Attach mode: generate exactly --output-len tokens (recorded with each point).")
+@click.option("--prompts", type=click.Choice(["random-ids", "diverse", "fixed", "humaneval", "mmlu-cot"]),
+              default=None,
+              help="Attach mode: made-up prompts, or a set a package ships: humaneval (the [datasets] extra), "
+                   "mmlu-cot (pip install --no-deps lm-eval). Default: --dataset if given, else random-ids for "
+                   "native and diverse for OpenAI APIs.")
+@click.option("--dataset", default=None, metavar="FILE",
+              help="Attach mode: a prompt file (ShareGPT JSON, chat or completion JSONL, MT-Bench "
+                   "question.jsonl, SPEED-Bench, or text, one prompt a line); docs/datasets.md.")
+@click.option("--split-by", type=click.Choice(["category"]), default=None,
+              help="Attach mode: one workload per category of the prompt set (WORKLOAD-CATEGORY).")
+@click.option("--max-turns", type=click.IntRange(min=1), default=None,
+              help="Attach mode: multi-turn sets send at most this many turns of each conversation.")
+@click.option("--vocab-size", type=click.IntRange(min=2), default=None,
+              help="Attach mode, random-ids: the model's vocabulary size (default: from the server).")
+@click.option("--ignore-eos/--no-ignore-eos", default=None,
+              help="Attach mode: generate exactly --output-len tokens (recorded with each point). Default: "
+                   "on for made-up prompts, off (natural lengths, --output-len a cap) for prompt sets.")
 @click.option("--api", type=click.Choice(["native", "openai-chat", "openai-completions"]), default="native",
               show_default=True, help="Attach mode: which API to drive.")
 @click.option("--transport", type=click.Choice(["aiohttp", "httpx"]), default="aiohttp", show_default=True,
@@ -213,14 +226,14 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
 @click.pass_obj
 def bench(obj: Context, matrix: str | None, url: str | None, config: str | None, campaign: str | None,
           workload: str | None, concurrency: tuple[int, ...], num_prompts: int, input_len: int,
-          output_len: int, prompts: str | None, ignore_eos: bool, api: str, transport: str, repeats: int, warmup: int,
+          output_len: int, prompts: str | None, dataset: str | None, split_by: str | None, max_turns: int | None,
+          vocab_size: int | None, ignore_eos: bool | None, api: str, transport: str, repeats: int, warmup: int,
           seed: int, read_timeout: float, no_flush_cache: bool, date: str | None, campaign_suffix: str,
           log_dir: str | None, api_key: str | None, no_progress: bool, until_decided: bool, max_repeats: int,
           max_minutes: float | None) -> None:
     """Run a benchmark matrix (MATRIX.toml), or attach to a server with --url."""
     from findings.bench import runner
-    from findings.bench.matrix import Sweep
-    from findings.bench.workload import Workload
+    from findings.bench.matrix import Sweep, attach_workload
 
     s = _run(obj.settings)
     if until_decided and matrix is None:
@@ -238,9 +251,9 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
         if missing:
             raise click.UsageError(f"attach mode needs {', '.join(missing)} (or give a MATRIX file)")
         assert url and config and campaign and workload
-        kind = prompts or ("random-ids" if api == "native" else "diverse")
-        w = Workload(name=workload, kind=kind, input_len=input_len, output_len=output_len,
-                     num_prompts=num_prompts, seed=seed, ignore_eos=ignore_eos)
+        w = _run(attach_workload, workload, api=api, prompts=prompts, dataset=dataset, input_len=input_len,
+                 output_len=output_len, num_prompts=num_prompts, seed=seed, ignore_eos=ignore_eos,
+                 split_by=split_by, max_turns=max_turns, vocab_size=vocab_size)
         sweep = Sweep(api=api, transport=transport, concurrency=concurrency, repeats=repeats, warmup=warmup,
                       read_timeout_s=read_timeout, flush_cache=not no_flush_cache)
         report = _run(runner.bench_attach, url, config, campaign, w, sweep, opts)
@@ -283,10 +296,15 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
                    "closed mid-stream), error-event (an error event mid-stream).")
 @click.option("--fail-skip", type=click.IntRange(min=0), default=0, show_default=True,
               help="The first N requests never fail by --fail-share (a client's test or warm-up request).")
+@click.option("--vocab-size", type=click.IntRange(min=2), default=32000, show_default=True,
+              help="Token ids at or past this are refused (HTTP 400); /model_info reports it.")
+@click.option("--model-path", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="A model folder: its config.json's vocab_size is the vocabulary, and /model_info names "
+                   "the folder (as SGLang does) instead of reporting the size.")
 def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_truth: bool,
             ground_truth_log: str | None, startup_delay: float, max_running: int | None, error_rate: float, drop_rate: float,
             stall_rate: float, stall_s: float, die_after: int | None, fail_share: float, fail_how: str,
-            fail_skip: int) -> None:
+            fail_skip: int, vocab_size: int, model_path: str | None) -> None:
     """Serve SGLang's API from a calibrated emulator. Everything it produces is simulated."""
     from findings.emulator import model as emodel
     from findings.emulator import server as eserver
@@ -305,7 +323,8 @@ def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_
     _run(eserver.serve, eserver.EmulatorOptions(host=host, port=port, profile=profile, seed=seed, speed=speed,
                                                 ground_truth=ground_truth, ground_truth_log=ground_truth_log,
                                                 startup_delay_s=startup_delay,
-                                                max_running_requests=max_running, faults=faults))
+                                                max_running_requests=max_running, faults=faults,
+                                                vocab_size=vocab_size, model_path=model_path))
 
 
 @main.command()

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from findings import regressions
 from findings.analysis import Best, Comparison, Conclusions
+from findings.datasets.categories import Difference
 from findings.history import Entry
 
 SHAPE_VERSION = 1
@@ -63,12 +64,14 @@ def to_json(conclusions: Conclusions, history: list[Entry],
             failures_unknown: list[str] | None = None,
             steps: list[regressions.Move] | None = None,
             drift: list[regressions.Move] | None = None,
-            baseline_moved: dict[str, dict[str, regressions.BaselineMoved]] | None = None) -> dict[str, Any]:
+            baseline_moved: dict[str, dict[str, regressions.BaselineMoved]] | None = None,
+            by_category: list[Difference] | None = None) -> dict[str, Any]:
     """``caveats``: why a comparison's verdict is not a deployment fact
     (findings/caveats.py); ``failures_unknown``: ids of the points whose
     source does not record how many requests failed; ``steps``: the
     regressions and improvements; ``baseline_moved``: workload -> candidate
-    -> the sentence saying its verdicts flipped because the baseline moved."""
+    -> the sentence saying its verdicts flipped because the baseline moved;
+    ``by_category``: where a candidate's verdicts differ by prompt category."""
     workloads: dict[str, Any] = {}
     for wc in conclusions.workloads:
         workloads[wc.workload] = {
@@ -101,6 +104,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
         "flagged": {k: list(v) for k, v in sorted((flagged or {}).items())},
         "failures_unknown": sorted(failures_unknown or []),
         "workloads": workloads,
+        "by_category": [d.to_json() for d in by_category or []],
         "regressions": [regressions.to_json(m) for m in steps or []],
         "drift": [regressions.to_json(m) for m in drift or []],
         "history": [

@@ -13,6 +13,7 @@ from findings import caveats, diskio, fmt, pivot, regressions, render, rendercac
 from findings import deploy as deploy_lib
 from findings.analysis import SIMULATED_SUFFIX, Comparison, cells, conclude
 from findings.conclusions_json import to_json
+from findings.datasets import categories
 from findings.errors import FindingsError
 from findings.history import replay
 from findings.prose import latency, policy, throughput
@@ -133,7 +134,9 @@ def conclusions(settings: Settings) -> dict[str, Any]:
     return to_json(done.conclusions, replay(data, settings.rules, valid, done.moves), flags,
                    caveats=why, failures_unknown=failures_unknown(data), steps=done.steps,
                    drift=done.drift,
-                   baseline_moved=done.baseline_moved)
+                   baseline_moved=done.baseline_moved,
+                   by_category=categories.differences(done.conclusions, categories.families(data.points),
+                                                      SIMULATED_SUFFIX))
 
 
 def conclusions_json(settings: Settings) -> str:

@@ -24,9 +24,16 @@ def measurements(data: Dataset) -> list[dict[str, Any]]:
              "metrics": dict(p.metrics), "simulated": p.simulated, "note": p.note} for _, p in pts]
 
 
+def matches(name: str, workload: str) -> bool:
+    """``workload`` names one workload, or (ending in ``*``) every workload
+    that starts with the rest: ``chat-mix-*``, the categories of a split."""
+    return name.startswith(workload[:-1]) if workload.endswith("*") else name == workload
+
+
 def latest_campaign(rows: Sequence[Mapping[str, Any]], workload: str, config: str | None = None) -> str | None:
     """The latest campaign that measured ``workload`` (with ``config``, if given)."""
-    names = [r["campaign"] for r in rows if r["workload"] == workload and (config is None or r["config"] == config)]
+    names = [r["campaign"] for r in rows if matches(r["workload"], workload)
+             and (config is None or r["config"] == config)]
     return names[-1] if names else None
 
 
@@ -51,17 +58,19 @@ def _number(value: float, digits: int) -> str:
 def pivot(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, *, rows_by: str = "config",
           cols_by: str = "concurrency", campaign: str | None = None, relative_to: str | None = None,
           order: Sequence[str] = (), digits: int = 1, col_prefix: str = "C=", corner: str = "",
-          over: str | None = None) -> Table:
+          over: str | None = None, config: str | None = None) -> Table:
     """One metric as a table of ``rows_by`` x ``cols_by``, for one campaign
     (default: the latest that measured ``workload``). Repeats are averaged.
     With ``relative_to`` (a value of ``rows_by``), each cell is the ratio
     to that row's value in the same column (and that row is left out).
     With ``over`` (another metric), each cell is the ratio of the two
     metrics' means in that cell (say, the client's throughput over the
-    server's), printed with ``digits`` decimals."""
-    camp = campaign or latest_campaign(rows, workload)
-    sel = [r for r in rows if r["workload"] == workload and r["campaign"] == camp and metric in r["metrics"]
-           and (over is None or over in r["metrics"])]
+    server's), printed with ``digits`` decimals. ``config``: that config's
+    points only (with ``rows_by="workload"`` and a ``prefix-*`` workload,
+    one row per category of a split)."""
+    camp = campaign or latest_campaign(rows, workload, config)
+    sel = [r for r in rows if matches(r["workload"], workload) and r["campaign"] == camp and metric in r["metrics"]
+           and (over is None or over in r["metrics"]) and (config is None or r["config"] == config)]
     cells: dict[tuple[Any, Any], list[float]] = {}
     dens: dict[tuple[Any, Any], list[float]] = {}
     for r in sel:
@@ -113,11 +122,11 @@ def lookup(rows: Sequence[Mapping[str, Any]], workload: str, config: str, metric
 def ratios(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, over: str,
            campaign: str | None = None) -> list[float]:
     """``metric / over`` of every point of one campaign (default: the latest
-    that measured ``workload``) that has both, in store order: for goal lines
-    such as "the worst deviation from 1"."""
+    that measured ``workload``, which may be a ``prefix-*``) that has both, in
+    store order: for goal lines such as "the worst deviation from 1"."""
     camp = campaign or latest_campaign(rows, workload)
     return [float(r["metrics"][metric]) / float(r["metrics"][over]) for r in rows
-            if r["workload"] == workload and r["campaign"] == camp and metric in r["metrics"]
+            if matches(r["workload"], workload) and r["campaign"] == camp and metric in r["metrics"]
             and float(r["metrics"].get(over) or 0) != 0]
 
 

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from findings import regressions
 from findings.analysis import SIMULATED_SUFFIX, TIE, Candidate, Cell, Comparison, Rules, Table
+from findings.datasets.model import REGISTRY
 from findings.model import Dataset, Point
 
 if TYPE_CHECKING:  # the bench package imports aiohttp: kept off the render path
@@ -291,7 +293,7 @@ def _duration(known: Mapping[tuple[str, str, int], list[float]], workload: str, 
 def _planned(points: Sequence[Point], workloads: Mapping[str, Workload], q: Question, conc: int) -> int | None:
     w = workloads.get(q.base_workload)
     if w is not None:
-        return w.requests_at(conc)
+        return round(w.requests_at(conc) * w.turns_per_prompt())
     seen = [int(p.metrics["planned"]) for p in points
             if p.workload == q.base_workload and p.concurrency == conc and "planned" in p.metrics]
     return max(seen) if seen else None
@@ -377,10 +379,24 @@ def matrix_toml(plan: Plan, source: Matrix, header: str) -> str:
         lines.append(f"{key} = {_toml(getattr(sweep, key))}")
     for name in used_workloads:
         w = source.workloads[name]
-        lines += ["", f"[workloads.{name}]", f"prompts = {_toml(w.kind)}", f"input_len = {w.input_len}",
-                  f"output_len = {w.output_len}", f"num_prompts = {w.num_prompts}",
+        ps = w.prompt_set
+        if ps is None:
+            lines += ["", f"[workloads.{name}]", f"prompts = {_toml(w.kind)}", f"input_len = {w.input_len}"]
+        else:
+            # The same prompt set: a registry set by name, a file by its absolute path (the
+            # plan's matrix is written elsewhere), a split's category by name.
+            lines += ["", f"[workloads.{name}]",
+                      f"prompts = {_toml(ps.format)}" if ps.format in REGISTRY else
+                      f"dataset = {_toml(os.path.abspath(ps.source))}"]
+            if w.category is not None:
+                lines.append(f"category = {_toml(w.category)}")
+            if w.max_turns is not None:
+                lines.append(f"max_turns = {w.max_turns}")
+        lines += [f"output_len = {w.output_len}", f"num_prompts = {w.num_prompts}",
                   f"prompts_per_concurrency = {w.per_concurrency}", f"ignore_eos = {_toml(w.ignore_eos)}",
                   f"seed = {w.seed}"]
+        if w.vocab_size is not None:
+            lines.append(f"vocab_size = {w.vocab_size}")
     for name in used_configs:
         spec = source.configs[name]
         lines += ["", f"[configs.{name}]"]

@@ -12,6 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from findings import caveats, deploy, fmt, prose, regressions, views
+from findings.analysis import SIMULATED_SUFFIX
+from findings.datasets import categories
 from findings.analysis import (Cell, Comparison, Conclusions, Rules, analysis_workload, campaign_comparisons,
                                cells)
 from findings.history import Entry, replay
@@ -201,6 +203,14 @@ def _chart(campaign: str, workload: str, mine: list[Cell], rules: Rules) -> dict
         "all_series": [(n, [by.get((n, x)) for x in xs]) for n in configs],
         "title": f"{campaign}: {workload}",
     }
+
+
+def _category_table(pts: list[Point], spec: frozenset[str]) -> Table | None:
+    """Per dataset category of a mixed prompt set (more than one category at a point)."""
+    rows = categories.rows(pts, spec)
+    if len({r.category for r in rows}) < 2:
+        return None
+    return Table(categories.HEADERS, categories.table_rows(rows), categories.ALIGN)
 
 
 def _latest_views(wc_cells: list[Cell], points: dict[str, Point]) -> list[views.CellView]:
@@ -489,6 +499,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
                             for p in sorted(wpts, key=lambda p: labels.of[p.id]) if p.id in flags],
                 "chart": _chart(c.name, w, mine, rules),
                 "latency": _latency_table(views.cell_views(mine, points), rules, spec, labels),
+                "categories": _category_table(wpts, marks.spec),
             })
         campaigns.append({
             "name": c.name,
@@ -497,6 +508,8 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "workloads": sections,
             "sources": _sources(pts, data),
         })
+    by_category = [d.sentence() for d in
+                   categories.differences(conclusions, categories.families(data.points), SIMULATED_SUFFIX)]
     history, unchanged, earlier = _history(entries, detail)
     hidden_campaigns = None
     if hidden:
@@ -530,6 +543,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
                   "cpu": f"{rules.gates.max_client_cpu:.0%}"},
         "slo": slo.describe() if slo.set else None,
         "workloads": workloads,
+        "by_category": by_category,
         "history": history,
         "unchanged": unchanged,
         "history_earlier": earlier,

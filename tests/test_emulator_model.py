@@ -166,3 +166,17 @@ def test_exact_share_fates_are_exact_in_every_prefix() -> None:
     for bad in ("", "http", "http:99", "http:600", "reset"):
         with pytest.raises(ValueError):
             parse_how(bad)
+
+
+def test_acceptance_by_kind_of_text_is_the_documented_assumption():
+    from findings.emulator.model import ACCEPT_SCALE, MAX_ACCEPT_P, PROFILES, accept_p, text_kind
+    code = "def add(a, b):\n    return a + b\n"
+    assert text_kind(code) == "code"
+    assert text_kind("A tank holds 240 litres and drains 8 a minute. How long?") == "math"
+    assert text_kind(" ".join(["word"] * 200)) == "long-context"
+    assert text_kind("How should I spend one evening in a city I do not know?") == "text"
+    assert text_kind([5, 6, 7]) == "text"
+    p = PROFILES["eagle3-topk1-v2"]
+    assert accept_p(p, code) == pytest.approx(p.accept_p * ACCEPT_SCALE["code"])
+    assert accept_p(p, "hello there") == p.accept_p
+    assert accept_p(PROFILES["eagle3-topk4-v1"], code) == min(MAX_ACCEPT_P, 0.72 * 1.25)

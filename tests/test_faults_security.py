@@ -35,7 +35,7 @@ def bad_server():
 def bench(store: Path, url: str, *extra: str):
     return cli("bench", "--url", url, "--config", "c", "--campaign", "k", "--workload", "w", "--concurrency", "2",
                "--num-prompts", "6", "--input-len", "4", "--output-len", "4", "--warmup", "0", "--no-progress",
-               "--read-timeout", "5", *extra, store=store)
+               "--read-timeout", "5", "--vocab-size", "32000", *extra, store=store)
 
 
 def metrics(store: Path) -> dict:

@@ -128,10 +128,14 @@ def test_an_old_store_reads_unchanged_and_migrates_to_the_same_document(tmp_path
     """A committed store written before schema 4 (records inline): it reads
     as it is, `findings store migrate` moves its records to sidecars, and
     its document renders to the same bytes before and after, with the
-    render cache and without."""
+    render cache and without. (Its runs of schema 4, measured later with
+    sidecars, are left out: the old runs are the store under test.)"""
     src = ROOT / "benchmarks" / name
     store = tmp_path / name
-    shutil.copytree(src / "runs", store / "runs")
+    (store / "runs").mkdir(parents=True)
+    for run in sorted((src / "runs").glob("*.json")):
+        if json.loads(run.read_bytes())["schema_version"] < 4:
+            shutil.copy(run, store / "runs" / run.name)
     conf = ROOT / "benchmarks" / settings
     inline = [json.loads(p.read_bytes()) for p in sorted((store / "runs").glob("*.json"))]
     assert inline and max(d["schema_version"] for d in inline) < 4

@@ -139,5 +139,11 @@ def test_a_sweep_against_the_vllm_double_scopes_the_schedule(double, store) -> N
     assert high["draft_tokens_metrics"] == 0  # K = 0 from a running batch of 4
     for m in (low, high):
         assert m["server_generation_tokens"] == m["total_output_tokens"] == 16 * 32
+    # Each response's own metrics.speculative_decoding (--per-request-spec-decode-metrics), summed over
+    # the point, gives exactly what the counters give over the same window.
+    assert low["accept_length"] == pytest.approx(low["accept_length_metrics"], rel=1e-12)
+    assert low["draft_tokens"] == low["draft_tokens_metrics"]
+    assert low["draft_acceptance"] == pytest.approx(low["draft_acceptance_metrics"], rel=1e-12)
+    assert "accept_length" not in high  # no verify step drafted at C=8
     got = json.loads(cli("conclusions", "--json", store=store).output)
     assert got["flagged"] == {}  # drafting nothing at C=8 is not "no acceptance from a speculative config"

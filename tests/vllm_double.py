@@ -74,6 +74,8 @@ async def stream(writer: asyncio.StreamWriter, body: dict) -> None:
                  b"transfer-encoding: chunked\r\n\r\n")
     RUNNING += 1
     made = 0
+    hist = [0] * ((K or 0) + 1)  # verify steps by accepted drafts, as vLLM's RequestSpecDecodeMetrics
+    drafted = 0
     try:
         await asyncio.sleep(STEP_S)  # prefill
         COUNTERS["prompt_tokens_total"] += prompt_n
@@ -88,6 +90,8 @@ async def stream(writer: asyncio.StreamWriter, body: dict) -> None:
                 SPEC["spec_decode_num_accepted_tokens_total"] += accepted
                 for pos in range(accepted):
                     PER_POS[pos] = PER_POS.get(pos, 0) + 1
+                hist[accepted] += 1
+                drafted += k
             step = accepted + 1
             made += step
             COUNTERS["generation_tokens_total"] += step
@@ -101,7 +105,18 @@ async def stream(writer: asyncio.StreamWriter, body: dict) -> None:
     finally:
         RUNNING -= 1
     usage = {"prompt_tokens": prompt_n, "total_tokens": prompt_n + made, "completion_tokens": made}
-    writer.write(sse({**base, "choices": [], "usage": usage}))
+    final: dict = {**base, "choices": [], "usage": usage}
+    if K is not None:
+        # vLLM 0.32 with --per-request-spec-decode-metrics summary: the final usage
+        # chunk's metrics.speculative_decoding (SpeculativeDecodingMetrics, field for field).
+        steps = sum(hist)
+        accepted_total = sum(j * n for j, n in enumerate(hist))
+        final["metrics"] = {"speculative_decoding": {
+            "mean_acceptance_length": 1.0 + accepted_total / steps if steps else 1.0,
+            "draft_acceptance_rate": accepted_total / drafted if drafted else 0.0,
+            "acceptance_histogram": hist, "num_spec_steps": steps, "num_accepted_draft_tokens": accepted_total,
+            "num_draft_tokens": drafted, "num_spec_tokens": K}}
+    writer.write(sse(final))
     writer.write(chunk(b"data: [DONE]\n\n") + chunk(b""))
     await writer.drain()
 

@@ -87,6 +87,11 @@ def main(argv: list[str]) -> int:
         flags = _deployed_flags(opts["store"], opts["workload"], opts.get("config", "spec"))
         # `deploy` emits --max-num-seqs too: the last one given wins in vLLM's parser.
         args += flags
+    if "--speculative-config" in args + rest:
+        # Each response's own verify steps and accepted drafts (the final usage
+        # chunk's metrics.speculative_decoding): per-request acceptance, so
+        # per-category acceptance needs no split by category (docs/vllm-cpu.md).
+        args += ["--per-request-spec-decode-metrics", "summary"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "2",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_TARGET_DEVICE": "cpu"}
     sys.stdout.flush()

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from findings.bench.protocol import Parser, build
+from findings.bench.protocol import Parser, build, messages
 from findings.bench.records import PointOutcome, RequestRecord
 from findings.bench.transport import StreamTransport
 from findings.bench.workload import Prompt
@@ -43,25 +43,68 @@ async def _lag_monitor(samples: list[float], stop: asyncio.Event) -> None:
         samples.append(max(0.0, (clock() - t - LAG_INTERVAL_S) * 1000.0))
 
 
-async def _one(transport: StreamTransport, plan: PointPlan, prompt: Prompt, rid: str) -> RequestRecord:
-    rec = RequestRecord(index=prompt.index, input_len=prompt.input_len)
-    req = build(plan.api, prompt, plan.output_len, plan.model, rid, ignore_eos=plan.ignore_eos)
-    await transport.send(req, rec, Parser(plan.api, rec))
+#: A record's ``index`` is the conversation's index times this, plus the turn
+#: less one: records sort by conversation, then turn.
+TURN_STRIDE = 1000
+
+
+def planned_requests(prompts: tuple[Prompt, ...]) -> int:
+    """Requests a point plans: every turn of every conversation."""
+    return sum(p.turns for p in prompts)
+
+
+async def _one(transport: StreamTransport, plan: PointPlan, prompt: Prompt, rid: str, turn: int = 1,
+               replies: tuple[str, ...] = ()) -> RequestRecord:
+    rec = RequestRecord(index=prompt.index * TURN_STRIDE + turn - 1, input_len=prompt.input_len, turn=turn,
+                        category=prompt.category)
+    chat = messages(prompt, replies, turn) if turn > 1 else None
+    out_len = prompt.output_len if prompt.output_len is not None else plan.output_len
+    req = build(plan.api, prompt, out_len, plan.model, rid, ignore_eos=plan.ignore_eos, chat=chat)
+    await transport.send(req, rec, Parser(plan.api, rec, keep_text=turn < prompt.turns))
+    if rec.prompt_tokens is not None:
+        rec.input_len = rec.prompt_tokens  # the server's count, not the client's estimate
     return rec
+
+
+async def _conversation(transport: StreamTransport, plan: PointPlan, prompt: Prompt,
+                        rid: str) -> list[RequestRecord]:
+    """Every turn of one conversation, each sent once the previous reply has
+    arrived, with that reply in the history. After a failed turn the later
+    ones are not sent: they are recorded as failed (``skipped``), so that the
+    point's counts stay honest."""
+    out: list[RequestRecord] = []
+    replies: list[str] = []
+    for turn in range(1, prompt.turns + 1):
+        if out and not out[-1].ok:
+            for later in range(turn, prompt.turns + 1):
+                out.append(RequestRecord(index=prompt.index * TURN_STRIDE + later - 1, input_len=0, turn=later,
+                                         category=prompt.category, error="not sent: an earlier turn failed",
+                                         error_type="skipped"))
+            break
+        rec = await _one(transport, plan, prompt, rid if turn == 1 else f"{rid}t{turn}", turn, tuple(replies))
+        replies.append("".join(rec.reply or ()))
+        rec.reply = None
+        out.append(rec)
+    return out
 
 
 async def _closed_loop(transport: StreamTransport, plan: PointPlan, prompts: tuple[Prompt, ...], tag: str,
                        on_done: Callable[[RequestRecord], None] | None) -> list[RequestRecord]:
+    """C workers; each takes the next prompt (conversation) and runs it to
+    its end: C conversations in flight, as AIPerf's multi-turn sessions."""
     queue = list(reversed(prompts))
     done: list[RequestRecord] = []
 
     async def worker() -> None:
         while queue:
             prompt = queue.pop()
-            rec = await _one(transport, plan, prompt, f"{plan.rid_prefix}-{tag}{prompt.index}")
-            done.append(rec)
-            if on_done is not None:
-                on_done(rec)
+            rid = f"{plan.rid_prefix}-{tag}{prompt.index}"
+            recs = [await _one(transport, plan, prompt, rid)] if prompt.turns == 1 else \
+                await _conversation(transport, plan, prompt, rid)
+            for rec in recs:
+                done.append(rec)
+                if on_done is not None:
+                    on_done(rec)
 
     await asyncio.gather(*(worker() for _ in range(min(plan.concurrency, len(prompts)))))
     return done
@@ -115,10 +158,10 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
             await sampler
     after = await scrape() if scrape is not None else None
     records.sort(key=lambda r: r.index)
-    started = min((r.sent for r in records), default=time.perf_counter())
+    started = min((r.sent for r in records if r.sent), default=time.perf_counter())
     finished = max((r.end for r in records if r.end is not None), default=time.perf_counter())
     return PointOutcome(records=tuple(records), started=started, finished=finished,
-                        planned=len(plan.prompts), lag_samples_ms=tuple(samples), cpu_s=cpu,
+                        planned=planned_requests(plan.prompts), lag_samples_ms=tuple(samples), cpu_s=cpu,
                         metrics_before=before, metrics_after=after,
                         metrics_window=(window_start, window_end) if before and after else None,
                         running_samples=tuple(running))

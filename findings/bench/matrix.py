@@ -10,8 +10,18 @@ warmup = 2                    # warm-up requests per point, not counted
 health_timeout_s = 120
 read_timeout_s = 60
 
+[workloads.chat]
+dataset = "prompts/chat.jsonl"  # a prompt file (relative to this matrix's folder): ShareGPT JSON,
+                              # chat or completion JSONL, MT-Bench question.jsonl, SPEED-Bench, text
+# prompts = "humaneval"       # or a set a registry package ships (the [datasets] extra)
+output_len = 256              # the output cap (a file's max_tokens lowers it per request)
+split_by = "category"         # optional: one workload per category (chat-coding, chat-writing, ...)
+# category = "coding"         # or: that category only
+max_turns = 1                 # optional: multi-turn sets send at most this many turns
+# ignore_eos defaults to false for prompt sets: natural output lengths
+
 [workloads.diverse-prompts]
-prompts = "diverse"           # random-ids | diverse | fixed
+prompts = "diverse"           # random-ids | diverse | fixed (made-up prompts)
 input_len = 256
 output_len = 128
 num_prompts = 32              # at least this many requests per point ...
@@ -39,14 +49,17 @@ concurrency = [1, 30, 100, 250]  # optional, overrides defaults
 
 from __future__ import annotations
 
+import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Mapping
 
 from findings.bench.protocol import APIS
 from findings.bench.transport import TRANSPORTS
-from findings.bench.workload import KINDS, Workload
-from findings.errors import InputError
+from findings import datasets
+from findings.bench.workload import DATASET, KINDS, Workload
+from findings.errors import FindingsError, InputError
 from findings.schema import valid_name
 
 
@@ -122,11 +135,27 @@ def _int(path: str, where: str, v: Any, minimum: int) -> int:
     return v
 
 
-def workload_from(path: str, name: str, t: Mapping[str, Any]) -> Workload:
+WORKLOAD_KEYS = {"prompts", "dataset", "input_len", "output_len", "num_prompts", "seed",
+                 "prompts_per_concurrency", "ignore_eos", "split_by", "category", "max_turns", "vocab_size"}
+
+
+def workload_from(path: str, name: str, t: Mapping[str, Any], base: Path | None = None) -> Workload:
+    """One workload table. ``base``: the folder relative dataset paths start from
+    (the matrix file's); the prompt file is read and validated here."""
     where = f"workloads.{name}"
-    kind = t.get("prompts", "random-ids")
+    unknown = sorted(set(t) - WORKLOAD_KEYS)
+    if unknown:
+        raise InputError(path, None, f"{where}.{unknown[0]}",
+                         f"unknown key; expected one of {', '.join(sorted(WORKLOAD_KEYS))}")
+    kind = t.get("prompts", DATASET if "dataset" in t else "random-ids")
+    if "dataset" in t or kind in datasets.REGISTRY:
+        return _set_workload(path, name, t, base, kind)
     if kind not in KINDS:
-        raise InputError(path, None, f"{where}.prompts", f"must be one of {', '.join(KINDS)}")
+        raise InputError(path, None, f"{where}.prompts",
+                         f"must be one of {', '.join(KINDS + datasets.REGISTRY)} (or give dataset = \"PATH\")")
+    for key in ("split_by", "category", "max_turns"):
+        if key in t:
+            raise InputError(path, None, f"{where}.{key}", "only for a prompt set (dataset or humaneval)")
     return Workload(
         name=name, kind=kind,
         input_len=_int(path, f"{where}.input_len", t.get("input_len", 256), 1),
@@ -135,7 +164,76 @@ def workload_from(path: str, name: str, t: Mapping[str, Any]) -> Workload:
         seed=_int(path, f"{where}.seed", t.get("seed", 1), 0),
         per_concurrency=_int(path, f"{where}.prompts_per_concurrency", t.get("prompts_per_concurrency", 1), 0),
         ignore_eos=_bool(path, f"{where}.ignore_eos", t.get("ignore_eos", True)),
+        vocab_size=_int(path, f"{where}.vocab_size", t["vocab_size"], 2) if "vocab_size" in t else None,
     )
+
+
+def _set_workload(path: str, name: str, t: Mapping[str, Any], base: Path | None, kind: str) -> Workload:
+    where = f"workloads.{name}"
+    if "dataset" in t and kind not in (DATASET,):
+        raise InputError(path, None, f"{where}.prompts", "give either dataset = \"PATH\" or prompts, not both")
+    if "input_len" in t:
+        raise InputError(path, None, f"{where}.input_len", "a prompt set's prompts have their own lengths")
+    if "dataset" in t:
+        file = t["dataset"]
+        if not isinstance(file, str) or not file.strip():
+            raise InputError(path, None, f"{where}.dataset", "expected a file path")
+        p = Path(file).expanduser()
+        if not p.is_absolute() and base is not None:
+            p = base / p
+        ps = datasets.load(p)
+    else:
+        try:
+            ps = datasets.named(kind)
+        except FindingsError as exc:
+            raise InputError(path, None, f"{where}.prompts", str(exc)) from None
+    max_turns = _int(path, f"{where}.max_turns", t["max_turns"], 1) if "max_turns" in t else None
+    split = t.get("split_by")
+    if split is not None and split != "category":
+        raise InputError(path, None, f"{where}.split_by", "the only split is \"category\"")
+    if split is not None and not ps.categories:
+        raise InputError(path, None, f"{where}.split_by", f"{ps.source}: its records name no category")
+    only = t.get("category")
+    if only is not None:
+        if split is not None:
+            raise InputError(path, None, f"{where}.category", "give either category or split_by, not both")
+        if not isinstance(only, str) or only not in ps.categories:
+            raise InputError(path, None, f"{where}.category",
+                             f"not a category of {ps.source} ({', '.join(ps.categories) or 'it names none'})")
+        ps = ps.only(only)
+    return Workload(
+        name=name, kind=DATASET, input_len=0,
+        output_len=_int(path, f"{where}.output_len", t.get("output_len", 256), 1),
+        num_prompts=_int(path, f"{where}.num_prompts", t.get("num_prompts", 32), 1),
+        seed=_int(path, f"{where}.seed", t.get("seed", 1), 0),
+        per_concurrency=_int(path, f"{where}.prompts_per_concurrency", t.get("prompts_per_concurrency", 1), 0),
+        ignore_eos=_bool(path, f"{where}.ignore_eos", t.get("ignore_eos", False)),
+        prompt_set=ps, max_turns=max_turns, category="*" if split else only,
+    )
+
+
+def api_problem(w: Workload, api: str) -> str | None:
+    """Why a workload cannot run on an API (None: it can)."""
+    ps = w.prompt_set
+    if ps is not None and ps.multi_turn and w.max_turns != 1 and api != "openai-chat":
+        return (f"workload {w.name!r} is multi-turn ({ps.format}, {ps.name}): each later turn carries the "
+                f"live reply in the chat history, so it needs api = \"openai-chat\" (or max_turns = 1)")
+    if w.kind == "random-ids" and api == "openai-chat":
+        return f"workload {w.name!r}: random-ids prompts are token ids, which the chat API cannot take"
+    return None
+
+
+def split(w: Workload) -> list[Workload]:
+    """``split_by = "category"``: one workload per category, named
+    ``{workload}-{category}`` (the category as a name: lower case, runs of
+    other characters as one dash)."""
+    if w.category != "*" or w.prompt_set is None:
+        return [w]
+    out = []
+    for cat in w.prompt_set.categories:
+        slug = re.sub(r"[^a-z0-9]+", "-", cat.lower()).strip("-") or "other"
+        out.append(replace(w, name=f"{w.name}-{slug}", prompt_set=w.prompt_set.only(cat), category=cat))
+    return out
 
 
 def _bool(path: str, where: str, v: Any) -> bool:
@@ -150,11 +248,18 @@ def parse(path: str, text: str) -> Matrix:
     except tomllib.TOMLDecodeError as exc:
         raise InputError(path, None, None, f"not valid TOML: {exc}") from None
     defaults = _sweep(path, "defaults", doc.get("defaults", {}), Sweep(concurrency=(1, 2, 5, 10, 30, 70, 100, 250)))
-    workloads = {}
+    workloads: dict[str, Workload] = {}
+    expanded: dict[str, list[str]] = {}
     for name, t in doc.get("workloads", {}).items():
         if not valid_name(name) or not isinstance(t, dict):
             raise InputError(path, None, f"workloads.{name}", "expected a table with a valid name")
-        workloads[name] = workload_from(path, name, t)
+        parts = split(workload_from(path, name, t, Path(path).parent))
+        expanded[name] = [w.name for w in parts]
+        for w in parts:
+            if w.name in workloads:
+                raise InputError(path, None, f"workloads.{name}.split_by",
+                                 f"the category workload {w.name!r} clashes with another workload's name")
+            workloads[w.name] = w
     variables = doc.get("vars", {})
     if not isinstance(variables, dict) or not all(isinstance(v, (str, int, float)) for v in variables.values()):
         raise InputError(path, None, "vars", "expected a table of strings")
@@ -190,17 +295,45 @@ def parse(path: str, text: str) -> Matrix:
             raise InputError(path, None, f"{where}.name", "expected a unique valid name")
         seen.add(name)
         cfgs = t.get("configs", [])
-        wls = t.get("workloads", list(workloads))
+        wls = t.get("workloads", list(expanded))
         for c in cfgs:
             if c not in configs:
                 raise InputError(path, None, f"{where}.configs", f"unknown config {c!r}")
         for w in wls:
-            if w not in workloads:
+            if w not in expanded:
                 raise InputError(path, None, f"{where}.workloads", f"unknown workload {w!r}")
+        wls = [part for w in wls for part in expanded[w]]
         if not cfgs or not wls:
             raise InputError(path, None, where, "needs at least one config and one workload")
-        campaigns.append(CampaignSpec(name=name, configs=tuple(cfgs), workloads=tuple(wls),
-                                      sweep=_sweep(path, where, t, defaults)))
+        sweep = _sweep(path, where, t, defaults)
+        for w in wls:
+            problem = api_problem(workloads[w], sweep.api)
+            if problem:
+                raise InputError(path, None, f"{where}.api", problem)
+        campaigns.append(CampaignSpec(name=name, configs=tuple(cfgs), workloads=tuple(wls), sweep=sweep))
     if not campaigns:
         raise InputError(path, None, "campaigns", "the matrix lists no [[campaigns]]")
     return Matrix(path=path, configs=configs, workloads=workloads, campaigns=tuple(campaigns))
+
+
+def attach_workload(name: str, *, api: str, prompts: str | None, dataset: str | None, input_len: int,
+                    output_len: int, num_prompts: int, seed: int, ignore_eos: bool | None,
+                    split_by: str | None, max_turns: int | None, vocab_size: int | None) -> Workload:
+    """``findings bench --url``'s workload, validated as a matrix's would be
+    (a relative --dataset path is taken from the current folder)."""
+    if not valid_name(name):
+        raise FindingsError(f"--workload: invalid name {name!r}")
+    t: dict[str, Any] = {"output_len": output_len, "num_prompts": num_prompts, "seed": seed}
+    if dataset is not None:
+        if prompts is not None:
+            raise FindingsError("give either --dataset or --prompts, not both")
+        t["dataset"] = dataset
+    else:
+        t["prompts"] = prompts or ("random-ids" if api == "native" else "diverse")
+        if t["prompts"] not in datasets.REGISTRY:
+            t["input_len"] = input_len
+    for key, v in (("ignore_eos", ignore_eos), ("split_by", split_by), ("max_turns", max_turns),
+                   ("vocab_size", vocab_size)):
+        if v is not None:
+            t[key] = v
+    return workload_from("command line", name, t, Path.cwd())

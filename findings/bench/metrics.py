@@ -10,6 +10,7 @@ import math
 from typing import Any, Sequence
 
 from findings.bench.records import PointOutcome, RequestRecord
+from findings.datasets.model import category_key
 from findings.model import THROUGHPUT
 from findings.validity import only_counts
 
@@ -80,6 +81,8 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
     verify = [r for r in ok if r.spec_verify_ct]
     if verify:
         m["accept_length"] = sum(r.output_tokens for r in verify) / sum(r.spec_verify_ct or 0 for r in verify)
+    elif (vllm := vllm_accept_length(ok)) is not None:
+        m["accept_length"] = vllm
     drafted = [r for r in ok if r.draft_n is not None and r.draft_accepted is not None]
     if drafted:
         # llama.cpp: accepted / drafted tokens over the point's requests.
@@ -87,8 +90,12 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
         m["draft_accepted_tokens"] = float(sum(r.draft_accepted or 0 for r in drafted))
         if m["draft_tokens"] > 0:
             m["draft_acceptance"] = m["draft_accepted_tokens"] / m["draft_tokens"]
+    steps = _tokens_per_event(ok)
+    if steps is not None:
+        m["tokens_per_event"] = steps
     m.update(_server_figures(ok))
     m.update(_counter_deltas(outcome))
+    m.update(per_category(recs))
     if outcome.cpu_s is not None:
         m["client_cpu_fraction"] = outcome.cpu_s / duration
     run = outcome.running_samples
@@ -138,6 +145,63 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
         # Every request failed: a throughput of 0 and no latencies would
         # measure nothing; the point keeps its counts and its error types.
         return only_counts(m)
+    return m
+
+
+def vllm_accept_length(ok: Sequence[RequestRecord]) -> float | None:
+    """vLLM's accept length over requests that report their verify steps:
+    1 + accepted / steps, as its counters define it."""
+    steps = [r for r in ok if r.spec_steps]
+    if not steps:
+        return None
+    return 1 + sum(r.draft_accepted or 0 for r in steps) / sum(r.spec_steps or 0 for r in steps)
+
+
+def _tokens_per_event(ok: Sequence[RequestRecord]) -> float | None:
+    """Tokens per streamed event after the first, over the point's requests:
+    a speculative server streams each verify step's accepted tokens together,
+    so this is the client's view of the accept length (where the server
+    streams every step; vLLM merges steps when the client falls behind)."""
+    multi = [r for r in ok if len(r.events) > 1]
+    steps = sum(len(r.events) - 1 for r in multi)
+    return sum(r.output_tokens - r.events[0][1] for r in multi) / steps if steps else None
+
+
+def per_category(recs: Sequence[RequestRecord]) -> dict[str, float]:
+    """Per dataset category: requests (every turn sent or planned), completed,
+    output tokens, TPOT, each request's decode rate, and acceptance where the
+    server reports it per request (SGLang's verify steps, llama.cpp's drafts)
+    or streams it (tokens per event)."""
+    by: dict[str, list[RequestRecord]] = {}
+    for r in recs:
+        if r.category is not None:
+            by.setdefault(r.category, []).append(r)
+    m: dict[str, float] = {}
+    for cat, rs in sorted(by.items()):
+        ok = [r for r in rs if r.ok]
+        m[category_key(cat, "requests")] = float(len(rs))
+        m[category_key(cat, "completed")] = float(len(ok))
+        m[category_key(cat, "output_tokens")] = float(sum(r.output_tokens for r in ok))
+        tpot = [(r.end - r.first_token) / (r.output_tokens - 1) for r in ok
+                if r.end is not None and r.first_token is not None and r.output_tokens > 1]
+        if tpot:
+            m[category_key(cat, "median_tpot_ms")] = percentile(tpot, 50) * 1000
+            m[category_key(cat, "mean_tpot_ms")] = sum(tpot) / len(tpot) * 1000
+            m[category_key(cat, "decode_tok_s")] = sum(1 / t for t in tpot if t > 0) / len(tpot)
+        verify = [r for r in ok if r.spec_verify_ct]
+        vllm = vllm_accept_length(ok)
+        if verify:
+            m[category_key(cat, "accept_length")] = (sum(r.output_tokens for r in verify)
+                                                     / sum(r.spec_verify_ct or 0 for r in verify))
+        elif vllm is not None:
+            m[category_key(cat, "accept_length")] = vllm
+        drafted = [r for r in ok if r.draft_n]
+        if drafted:
+            m[category_key(cat, "draft_acceptance")] = (sum(r.draft_accepted or 0 for r in drafted)
+                                                        / sum(r.draft_n or 0 for r in drafted))
+        steps = _tokens_per_event(ok)
+        if steps is not None:
+            m[category_key(cat, "tokens_per_event")] = steps
     return m
 
 
@@ -255,7 +319,7 @@ def raw_columns(outcome: PointOutcome) -> dict[str, Any]:
         return None if x is None else round(x - t0, 6)
 
     cols: dict[str, Any] = {
-        "sent_s": [rel(r.sent) for r in recs],
+        "sent_s": [None if r.error_type == "skipped" else rel(r.sent) for r in recs],
         "ttft_s": [_r(r.first_token - r.sent) if r.first_token is not None else None for r in recs],
         "e2e_s": [_r(r.end - r.sent) if r.end is not None else None for r in recs],
         "input_len": [r.input_len for r in recs],
@@ -275,8 +339,13 @@ def raw_columns(outcome: PointOutcome) -> dict[str, Any]:
         "server_prompt_ms": [_r(r.server_prompt_ms, 3) for r in recs],
         "server_decode_ms": [_r(r.server_decode_ms, 3) for r in recs],
         "draft_n": [r.draft_n for r in recs],
+        "spec_steps": [r.spec_steps for r in recs],
         "draft_accepted": [r.draft_accepted for r in recs],
     }
+    if any(r.category is not None for r in recs):
+        optional["category"] = [r.category for r in recs]
+    if any(r.turn != 1 for r in recs):
+        optional["turn"] = [r.turn for r in recs]
     # Only what this server reports: stores of other servers keep their shape.
     cols.update({k: v for k, v in optional.items() if any(x is not None for x in v)})
     if any(r.server_arrival_wall is not None for r in recs):

@@ -25,9 +25,31 @@ class Request:
     body: dict[str, Any]
 
 
-def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str, ignore_eos: bool = True) -> Request:
+def flat_text(prompt: Prompt) -> str | None:
+    """The prompt as one text, for the APIs without messages: a chat file's
+    history and the first turn, contents separated by blank lines."""
+    if not prompt.history or prompt.text is None:
+        return prompt.text
+    return "\n\n".join([c for _, c in prompt.history] + [prompt.text])
+
+
+def messages(prompt: Prompt, replies: tuple[str, ...] = (), turn: int = 1) -> list[dict[str, str]]:
+    """The chat messages of ``turn`` (1 = the first): the file's history, then
+    each earlier user turn followed by the reply that really came back."""
+    out = [{"role": r, "content": c} for r, c in prompt.history]
+    users = [prompt.text or "", *prompt.later][:turn]
+    for i, u in enumerate(users):
+        out.append({"role": "user", "content": u})
+        if i < turn - 1:
+            out.append({"role": "assistant", "content": replies[i]})
+    return out
+
+
+def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str, ignore_eos: bool = True,
+          chat: list[dict[str, str]] | None = None) -> Request:
     """The request body. ``ignore_eos``: exactly ``output_len`` tokens (also
-    ``min_tokens`` on the OpenAI APIs); otherwise up to ``output_len``."""
+    ``min_tokens`` on the OpenAI APIs); otherwise up to ``output_len``.
+    ``chat``: the messages of a later turn (openai-chat)."""
     if api == "native":
         body: dict[str, Any] = {
             "sampling_params": {"max_new_tokens": output_len, "ignore_eos": ignore_eos, "temperature": 0.0},
@@ -37,7 +59,7 @@ def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str, ignor
         if prompt.input_ids is not None:
             body["input_ids"] = list(prompt.input_ids)
         else:
-            body["text"] = prompt.text
+            body["text"] = flat_text(prompt)
         return Request(PATHS[api], body)
     common: dict[str, Any] = {
         "model": model,
@@ -52,9 +74,9 @@ def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str, ignor
     if ignore_eos:
         common["min_tokens"] = output_len
     if api == "openai-chat":
-        return Request(PATHS[api], {**common, "messages": [{"role": "user", "content": prompt.text or ""}]})
+        return Request(PATHS[api], {**common, "messages": chat if chat is not None else messages(prompt)})
     if api == "openai-completions":
-        prompt_value: Any = list(prompt.input_ids) if prompt.input_ids is not None else prompt.text
+        prompt_value: Any = list(prompt.input_ids) if prompt.input_ids is not None else flat_text(prompt)
         return Request(PATHS[api], {**common, "prompt": prompt_value})
     raise ValueError(f"unknown api {api!r}; choose one of {', '.join(APIS)}")
 
@@ -73,8 +95,11 @@ def _ms(v: Any) -> float | None:
 class Parser:
     """Feeds decoded stream events into a RequestRecord."""
 
-    def __init__(self, api: str, rec: RequestRecord) -> None:
+    def __init__(self, api: str, rec: RequestRecord, keep_text: bool = False) -> None:
+        """``keep_text``: collect the reply's text in ``rec.reply`` (a later turn needs it)."""
         self.api = api
+        if keep_text:
+            rec.reply = []
         self.rec = rec
         self.done = False
         self._chunks: list[tuple[float, int]] = []  # OpenAI content chunks without usage: (t, chars)
@@ -122,6 +147,8 @@ class Parser:
                 self.rec.server_event_walls.append(float(ts))
         if self.rec.prompt_tokens is None and isinstance(meta.get("prompt_tokens"), int):
             self.rec.prompt_tokens = meta["prompt_tokens"]
+        if self.rec.reply is not None and isinstance(obj.get("text"), str):
+            self.rec.reply[:] = [obj["text"]]  # SGLang's native stream sends the text so far
         self._ground_truth(meta)
         fin = meta.get("finish_reason")
         if fin is not None:
@@ -159,6 +186,8 @@ class Parser:
             delta = ch.get("delta")
             piece = delta.get("content") if isinstance(delta, dict) else ch.get("text")
             content = piece if isinstance(piece, str) else ""
+            if content and self.rec.reply is not None:
+                self.rec.reply.append(content)
             if ch.get("finish_reason") is not None:
                 self.rec.finish_reason = str(ch["finish_reason"])
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
@@ -185,6 +214,18 @@ class Parser:
         timings = obj.get("timings")
         if isinstance(timings, dict):
             self._draft(timings)
+        per_request = obj.get("metrics")
+        if isinstance(per_request, dict) and isinstance(per_request.get("speculative_decoding"), dict):
+            self._vllm_spec(per_request["speculative_decoding"])
+
+    def _vllm_spec(self, d: dict[str, Any]) -> None:
+        """vLLM's per-request ``metrics.speculative_decoding`` (the final usage
+        chunk, with ``--per-request-spec-decode-metrics``): verify steps that
+        drafted, drafted and accepted tokens."""
+        steps, n, a = _count(d.get("num_spec_steps")), _count(d.get("num_draft_tokens")), \
+            _count(d.get("num_accepted_draft_tokens"))
+        if steps is not None and n is not None and a is not None and a <= n:
+            self.rec.spec_steps, self.rec.draft_n, self.rec.draft_accepted = steps, n, a
 
     def _draft(self, t: dict[str, Any]) -> None:
         """llama.cpp's per-response ``timings`` (tools/server: the final chunk):

@@ -30,9 +30,15 @@ class RequestRecord:
     server_event_walls: list[float] = field(default_factory=list)
     finish_reason: str | None = None
     body_written: bool = False  # the transport saw the body go to the socket (and restarted ``sent``)
-    #: llama.cpp's per-response speculation counts (``timings.draft_n``, ``draft_n_accepted``).
+    #: Per-response speculation counts: llama.cpp's ``timings.draft_n`` and
+    #: ``draft_n_accepted``; vLLM's ``metrics.speculative_decoding``
+    #: ``num_draft_tokens`` and ``num_accepted_draft_tokens``.
     draft_n: int | None = None
     draft_accepted: int | None = None
+    #: vLLM's verify steps that drafted (``num_spec_steps``), with
+    #: ``--per-request-spec-decode-metrics``: its accept length is
+    #: 1 + accepted / steps, as its counters define it.
+    spec_steps: int | None = None
     #: Prompt tokens the server reused from its cache (SGLang ``meta_info.cached_tokens``,
     #: OpenAI ``usage.prompt_tokens_details.cached_tokens``, llama.cpp ``timings.cache_n``).
     cached_tokens: int | None = None
@@ -43,6 +49,12 @@ class RequestRecord:
     server_prompt_ms: float | None = None
     server_decode_ms: float | None = None
     reconnects: int = 0  # times the request was sent again because a kept-alive connection was closed
+    #: Prompt sets: which turn of its conversation this request was (1 = the
+    #: first), and the conversation's category (None: the set names none).
+    turn: int = 1
+    category: str | None = None
+    #: The reply's text, kept only while a later turn needs it (never stored).
+    reply: list[str] | None = None
 
     @property
     def ok(self) -> bool:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from findings import __version__, diskio, sequential, serverinfo, store
-from findings.bench import host, launch
-from findings.bench.client import PointPlan, run_point
+from findings.bench import host, launch, vocab
+from findings.bench.client import PointPlan, planned_requests, run_point
 from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
 from findings.bench.metrics import derive, raw_columns
 from findings.bench.progress import Progress
@@ -164,6 +164,10 @@ class _Target:
     model: str
     simulated: bool
     facts: dict[str, Scalar]
+    model_info: dict[str, Any] = field(default_factory=dict)
+    models_doc: dict[str, Any] | None = None
+    #: random-ids: the vocabulary ids are drawn below, and where it came from.
+    vocab: tuple[int, str] | None = None
 
 
 def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
@@ -182,6 +186,7 @@ def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
             raise FindingsError(f"config {spec.name}: no server answers at {url} (/health and /v1/models failed)")
         info = control.get_json("/server_info", "/get_server_info") or {}
         model_info = control.get_json("/model_info", "/get_model_info") or {}
+        models_doc = control.get_json("/v1/models")
         models = control.models()
     except BaseException:
         control.close()
@@ -215,7 +220,16 @@ def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
     if server is not None:
         facts["launch"] = serverinfo.redact(" ".join(server.command))
     return _Target(spec=spec, url=url, control=control, server=server, info=info, model=model,
-                   simulated=serverinfo.is_emulated(info), facts=facts)
+                   simulated=serverinfo.is_emulated(info), facts=facts, model_info=model_info,
+                   models_doc=models_doc)
+
+
+def _check_vocab(target: _Target, workloads: list[Workload]) -> None:
+    """random-ids needs the vocabulary size: found now, or refused before any point."""
+    given = {w.vocab_size for w in workloads if w.kind == "random-ids"}
+    if given:
+        target.vocab = vocab.require(target.spec.name, target.url, min((g for g in given if g), default=None),
+                                     target.model_info, target.models_doc)
 
 
 def _run_id(doc: dict[str, Any]) -> tuple[str, str]:
@@ -225,12 +239,17 @@ def _run_id(doc: dict[str, Any]) -> tuple[str, str]:
 
 def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workload, sweep: Sweep,
                concurrency: int, repeat: int, outcome: PointOutcome, started_wall: str,
-               environment: dict[str, Scalar]) -> Run:
+               environment: dict[str, Scalar], conversations: int | None = None) -> Run:
     metrics = derive(outcome)
     requests = raw_columns(outcome)
     source = "simulated" if target.simulated else "runner"
     params: dict[str, Scalar] = {**w.params(), "num_prompts": outcome.planned, "api": sweep.api,
                                  "transport": sweep.transport, "warmup": sweep.warmup}
+    if w.prompt_set is not None and conversations is not None:
+        params["dataset_prompts"] = conversations  # conversations drawn (num_prompts: requests, every turn)
+    if w.kind == "random-ids" and target.vocab is not None:
+        params["vocab_size"] = target.vocab[0]
+        params["vocab_source"] = target.vocab[1]
     provenance: dict[str, Scalar] = {
         "url": target.url, "repeat": repeat, "started_at": started_wall, "ended_at": _now_iso(),
         "flush_cache": sweep.flush_cache, "tool_version": __version__,
@@ -319,8 +338,9 @@ class _Driver:
         target, sweep = self.target, self.sweep
         n = w.requests_at(c)
         salt = c * 1000 + repeat
-        prompts = tuple(make_prompts(w, n, salt=salt, ids=False))
-        warm = tuple(make_prompts(w, sweep.warmup, salt=-salt)) if sweep.warmup else ()
+        ids_below = target.vocab[0] if target.vocab is not None else None
+        prompts = tuple(make_prompts(w, n, salt=salt, ids=False, vocab=ids_below))
+        warm = tuple(make_prompts(w, sweep.warmup, salt=-salt, vocab=ids_below)) if sweep.warmup else ()
         plan = PointPlan(api=sweep.api, concurrency=c, prompts=prompts, warmup=warm,
                          output_len=w.output_len, model=target.model, ignore_eos=w.ignore_eos,
                          rid_prefix=f"{campaign.name}-{target.spec.name}-{c}-{repeat}-{time.time_ns()}")
@@ -328,10 +348,11 @@ class _Driver:
             await asyncio.to_thread(target.control.flush_cache)
         label = f"{target.spec.name} {w.name} C={c} rep {repeat}/{of}"
         started_wall = _now_iso()
-        self.progress.start(label, n)
+        self.progress.start(label, planned_requests(prompts))
         outcome = await run_point(self.transport, plan, self.progress.tick, self.scrape, self.sample)
         self.progress.end(_point_line(label, outcome))
-        run = _point_run(self.opts, target, campaign, w, sweep, c, repeat, outcome, started_wall, self.environment)
+        run = _point_run(self.opts, target, campaign, w, sweep, c, repeat, outcome, started_wall, self.environment,
+                         conversations=len(prompts))
         try:
             path = store.add_run(self.opts.store, run)
         except diskio.DiskError as exc:
@@ -502,6 +523,7 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
                 try:
                     _check_store(target, opts)
                     workloads = [matrix.workloads[w] for w in spec.workloads]
+                    _check_vocab(target, workloads)
                     asyncio.run(_sweep_config(target, campaign, spec, workloads, opts, report, environment))
                 finally:
                     target.control.close()
@@ -536,6 +558,8 @@ def _until_decided_campaign(matrix: Matrix, spec: CampaignSpec, campaign: Campai
             targets[cname] = _connect_or_stop(matrix.configs[cname], spec, opts, report)
             _check_store(targets[cname], opts)
         workloads = [matrix.workloads[w] for w in spec.workloads]
+        for target in targets.values():
+            _check_vocab(target, workloads)
         asyncio.run(_sweep_until_decided(targets, campaign, spec, workloads, opts, report, environment,
                                          _bands(opts)))
     finally:
@@ -580,9 +604,15 @@ def bench_attach(url: str, config: str, campaign: str, workload: Workload, sweep
             raise FindingsError(f"{label}: invalid name {value!r}")
     if not url.startswith(("http://", "https://")):
         raise FindingsError(f"--url: expected an http(s) URL, got {url!r}")
+    from findings.bench.matrix import api_problem, split
+    parts = split(workload)
+    for w in parts:
+        problem = api_problem(w, sweep.api)
+        if problem:
+            raise FindingsError(f"--api {sweep.api}: {problem}")
     matrix = Matrix(path=f"attach:{url}", configs={config: ConfigSpec(name=config, url=url)},
-                    workloads={workload.name: workload},
-                    campaigns=(CampaignSpec(name=campaign, configs=(config,), workloads=(workload.name,),
+                    workloads={w.name: w for w in parts},
+                    campaigns=(CampaignSpec(name=campaign, configs=(config,), workloads=tuple(w.name for w in parts),
                                             sweep=sweep),))
     return run_matrix(matrix, opts)
 

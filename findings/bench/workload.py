@@ -3,7 +3,13 @@
 - ``random-ids``: random token ids sent as ``input_ids`` (native API only);
 - ``diverse``: a different made-up text per request (low prefix sharing,
   varied content: acceptance as on varied traffic);
-- ``fixed``: one text repeated (the best case for speculation and caching).
+- ``fixed``: one text repeated (the best case for speculation and caching);
+- a prompt set (``findings.datasets``): a file the user brings
+  (``dataset = "PATH"``, ``--dataset PATH``) or one a registry package ships
+  (``prompts = "humaneval"``). Its conversations are drawn seeded and
+  stable; multi-turn ones carry their later turns, sent by the client once
+  the previous reply has arrived. Output lengths are natural by default
+  (``ignore_eos`` off), capped by the file's ``max_tokens`` and ``output_len``.
 
 Text prompts are words from a fixed syllable grammar, so a prompt of
 ``input_len`` words is roughly ``input_len`` tokens for the emulator and a
@@ -14,9 +20,15 @@ recorded per request.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from findings.datasets import PromptSet, sample
+
+#: Made-up prompts (no file). ``dataset``: a prompt set (``Workload.prompt_set``).
 KINDS = ("random-ids", "diverse", "fixed")
+DATASET = "dataset"
+#: Token ids for ``random-ids`` are drawn from [ID_LOW, min(vocab, ID_HIGH)).
+ID_LOW, ID_HIGH = 100, 30000
 _ONSETS = ("b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "w", "st", "tr", "pl", "gr")
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ou", "ea")
 _CODAS = ("", "", "n", "r", "s", "t", "l", "nd", "st")
@@ -40,22 +52,64 @@ class Workload:
     #: sequence). Fixed lengths make points comparable, but speculation's
     #: acceptance past the natural end is not real traffic's (caveats.py).
     ignore_eos: bool = True
+    #: A prompt set (kind ``dataset``), loaded and validated when the matrix or
+    #: the command line is read; its identity, never its text, is stored.
+    prompt_set: PromptSet | None = field(default=None, compare=False, repr=False)
+    #: ``split_by = "category"``: this workload is one category of the set.
+    category: str | None = None
+    #: Multi-turn sets: send at most this many turns of each conversation (None: all).
+    max_turns: int | None = None
+    #: ``random-ids``: the model's vocabulary size, when given (else the server's).
+    vocab_size: int | None = None
 
     def requests_at(self, concurrency: int) -> int:
-        """Requests measured at one C: enough that every slot is reused."""
+        """Prompts (conversations, for a prompt set) measured at one C: enough that every slot is reused."""
         return max(self.num_prompts, self.per_concurrency * concurrency)
 
+    def turns_per_prompt(self) -> float:
+        """Requests per prompt: 1, or a multi-turn set's mean turns (up to ``max_turns``)."""
+        ps = self.prompt_set
+        if ps is None or not ps.conversations:
+            return 1.0
+        cap = self.max_turns or max(len(c.turns) for c in ps.conversations)
+        return sum(min(len(c.turns), cap) for c in ps.conversations) / len(ps.conversations)
+
     def params(self) -> dict[str, str | int]:
-        return {"prompts": self.kind, "input_len": self.input_len, "output_len": self.output_len,
-                "seed": self.seed, "ignore_eos": self.ignore_eos}
+        ps = self.prompt_set
+        if ps is None:
+            return {"prompts": self.kind, "input_len": self.input_len, "output_len": self.output_len,
+                    "seed": self.seed, "ignore_eos": self.ignore_eos}
+        out: dict[str, str | int] = {
+            "prompts": ps.format, "dataset_file": ps.name, "dataset_sha256": ps.sha256,
+            "dataset_size": len(ps.conversations), "output_len": self.output_len, "seed": self.seed,
+            "ignore_eos": self.ignore_eos, "multi_turn": ps.multi_turn and self.max_turns != 1,
+        }
+        if self.category is not None:
+            out["dataset_category"] = self.category
+        if self.max_turns is not None:
+            out["max_turns"] = self.max_turns
+        return out
 
 
 @dataclass(frozen=True)
 class Prompt:
+    """One request, or the first turn of a conversation (``later`` holds the rest)."""
+
     index: int
     input_len: int
     text: str | None = None
     input_ids: tuple[int, ...] | None = None
+    #: (role, content) messages sent before ``text`` (a chat file's history).
+    history: tuple[tuple[str, str], ...] = ()
+    #: Later user turns, each sent after the previous reply arrives.
+    later: tuple[str, ...] = ()
+    category: str | None = None
+    #: This request's output cap (the file's), else the workload's ``output_len``.
+    output_len: int | None = None
+
+    @property
+    def turns(self) -> int:
+        return 1 + len(self.later)
 
 
 def _word(rng: random.Random) -> str:
@@ -70,13 +124,32 @@ def _text(rng: random.Random, n_words: int) -> str:
     return " ".join(words) + ": " + " ".join(body)
 
 
-def make_prompts(w: Workload, count: int, salt: int = 0, ids: bool = False) -> list[Prompt]:
-    """``count`` prompts; ``salt`` separates warm-up prompts from measured ones."""
+def make_prompts(w: Workload, count: int, salt: int = 0, ids: bool = False,
+                 vocab: int | None = None) -> list[Prompt]:
+    """``count`` prompts (conversations, for a prompt set); ``salt`` separates
+    warm-up prompts from measured ones. ``vocab``: random-ids are drawn below
+    it (the model's vocabulary size)."""
+    if w.prompt_set is not None:
+        return _from_set(w, count, salt)
     rng = random.Random(f"{w.seed}:{salt}:{w.kind}")
     if w.kind == "random-ids" or ids:
-        return [Prompt(i, w.input_len, input_ids=tuple(rng.randrange(100, 30000) for _ in range(w.input_len)))
+        high = min(vocab, ID_HIGH) if vocab is not None else ID_HIGH
+        low = ID_LOW if high > 2 * ID_LOW else 0
+        return [Prompt(i, w.input_len, input_ids=tuple(rng.randrange(low, high) for _ in range(w.input_len)))
                 for i in range(count)]
     if w.kind == "fixed":
         text = _text(random.Random(f"{w.seed}:fixed"), w.input_len)
         return [Prompt(i, w.input_len, text=text) for i in range(count)]
     return [Prompt(i, w.input_len, text=_text(rng, w.input_len)) for i in range(count)]
+
+
+def _from_set(w: Workload, count: int, salt: int) -> list[Prompt]:
+    assert w.prompt_set is not None
+    turns = w.max_turns
+    out = []
+    for i, c in enumerate(sample(w.prompt_set, count, w.seed, salt)):
+        later = c.turns[1:turns] if turns is not None else c.turns[1:]
+        cap = min(c.output_len, w.output_len) if c.output_len is not None else w.output_len
+        out.append(Prompt(i, c.words, text=c.turns[0], history=c.history, later=tuple(later),
+                          category=c.category, output_len=cap))
+    return out

@@ -98,6 +98,10 @@ class Seq:
     paused: bool = False  # the engine gives a paused request no decode tokens
     aborted: bool = False
     prompt_key: str = ""
+    #: This request's draft acceptance (model.accept_p of its prompt); None: the profile's.
+    accept_p: float | None = None
+    #: sha1 of each chat message's content, for the ground-truth log (multi-turn tests).
+    messages_sha1: tuple[str, ...] = ()
     _words: random.Random = field(init=False, repr=False)
     _accept_u: float = field(init=False, repr=False)
 
@@ -253,7 +257,7 @@ class Engine:
                     seq._emit(1)
                     tokens += 1
             else:
-                want, _ = draw_step_tokens(self.profile, seq._next_accept_draw(), seq.remaining)
+                want, _ = draw_step_tokens(self.profile, seq._next_accept_draw(), seq.remaining, seq.accept_p)
                 before = seq.completion_tokens
                 seq._emit(want)
                 got = seq.completion_tokens - before

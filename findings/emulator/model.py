@@ -35,13 +35,17 @@ The equations (docs/emulator.md has the fitted numbers and their origin):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = [
+    "ACCEPT_SCALE",
     "PROFILES",
     "Profile",
+    "accept_p",
     "draw_step_tokens",
     "mean_accept_length",
+    "text_kind",
 ]
 
 
@@ -123,17 +127,57 @@ def mean_accept_length(profile: Profile) -> float:
     return float(sum(p**i for i in range(s + 1)))
 
 
-def draw_step_tokens(profile: Profile, u: float, remaining: int) -> tuple[int, int]:
+#: ASSUMPTIONS, not measurements: how much more (or less) often a draft is
+#: accepted on each kind of prompt text than on the seed study's diverse
+#: prompts (which the profiles' ``accept_p`` was fitted to). Drafts predict
+#: code and text copied from a long context better than open chat; published
+#: per-category acceptance (Spec-Bench, SPEED-Bench) shows that order, not
+#: these numbers. docs/emulator.md lists them; results stay SIMULATED.
+ACCEPT_SCALE: dict[str, float] = {"code": 1.25, "long-context": 1.15, "math": 1.10, "text": 1.0}
+#: No draft position is accepted more often than this.
+MAX_ACCEPT_P = 0.95
+_CODE = re.compile(r"(\bdef \w+\(|\breturn\b|\bimport \w|\bfunction\b|#include|[{};]\s*$|\bclass \w+[(:])",
+                   re.MULTILINE)
+_NUMBER = re.compile(r"\d+(?:[.,:]\d+)?")
+#: Words past which a prompt counts as a long context (summarise, extract, answer from it).
+LONG_CONTEXT_WORDS = 150
+#: A short prompt with this many numbers is a word problem.
+MATH_NUMBERS, MATH_WORDS = 2, 80
+
+
+def text_kind(prompt: str | list[int]) -> str:
+    """What kind of text a prompt is, by its content alone (never a label
+    the client sends): ``code``, ``math``, ``long-context`` or ``text``.
+    Token-id prompts are ``text``."""
+    if not isinstance(prompt, str) or not prompt:
+        return "text"
+    if len(_CODE.findall(prompt)) >= 2:
+        return "code"
+    words = len(prompt.split())
+    if words >= LONG_CONTEXT_WORDS:
+        return "long-context"
+    if words <= MATH_WORDS and len(_NUMBER.findall(prompt)) >= MATH_NUMBERS:
+        return "math"
+    return "text"
+
+
+def accept_p(profile: Profile, prompt: str | list[int]) -> float:
+    """The draft acceptance probability for one prompt: the profile's, scaled by its text's kind."""
+    return min(MAX_ACCEPT_P, profile.accept_p * ACCEPT_SCALE[text_kind(prompt)])
+
+
+def draw_step_tokens(profile: Profile, u: float, remaining: int, p: float | None = None) -> tuple[int, int]:
     """Tokens one request gets from one decode step, and the drafts accepted.
 
-    ``u`` in [0, 1) is the step's uniform draw; the count follows the
+    ``u`` in [0, 1) is the step's uniform draw (``p``: the request's own
+    acceptance, from ``accept_p``; default the profile's); the count follows the
     truncated chain distribution ``P(k >= i) = accept_p**i`` for ``i <= num_steps``
     by inverse CDF. Returns ``(emitted, correct_drafts)``; ``emitted`` is at
     least 1 and at most ``min(profile.max_step_tokens, remaining)``.
     """
     if not profile.speculative:
         return 1, 0
-    p, steps = profile.accept_p, profile.speculative_num_steps or 0
+    p, steps = (profile.accept_p if p is None else p), profile.speculative_num_steps or 0
     k = 0
     while k < steps and u >= 1.0 - p ** (k + 1):
         k += 1

@@ -48,6 +48,7 @@ class SeqSpec:
     min_new_tokens: int
     stop: tuple[str, ...]
     stop_token_ids: frozenset[int]
+    messages: tuple[str, ...] = ()  # chat: each message's content, in order
 
 
 def _int(params: dict[str, Any], key: str, default: int, minimum: int = 0) -> int:
@@ -174,6 +175,7 @@ def parse_openai(body: Any, chat: bool) -> tuple[list[SeqSpec], dict[str, Any]]:
                 words.extend(str(p.get("text", "")) for p in content if isinstance(p, dict))
         prompts: list[str | list[int]] = [" ".join(words)]
     else:
+        words = []
         prompts, _ = _prompts(body.get("prompt"), "prompt")
     default = DEFAULT_MAX_TOKENS_CHAT if chat else DEFAULT_MAX_TOKENS_COMPLETIONS
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -200,4 +202,4 @@ def parse_openai(body: Any, chat: bool) -> tuple[list[SeqSpec], dict[str, Any]]:
         "spec_details": bool(body.get("return_spec_tokens_details", False)),
         "model": body.get("model"),
     }
-    return [SeqSpec(p, r, **parsed) for p, r in zip(prompts, rids)], options
+    return [SeqSpec(p, r, **parsed, messages=tuple(words)) for p, r in zip(prompts, rids)], options

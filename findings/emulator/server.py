@@ -216,7 +216,7 @@ class Streamer:
             await self.resp.write(DONE)
             await self.resp.write_eof()
             first = seqs[0]
-            emu.log_truth(first.rid, self.arrival, self.event_ts, first.text)
+            emu.log_truth(first.rid, self.arrival, self.event_ts, first.text, first.messages_sha1)
         except _WRITE_ERRORS:
             return self.resp  # the client went away
         finally:
@@ -343,6 +343,9 @@ async def handle_generate(request: web.Request) -> web.StreamResponse:
         specs, stream, batch = parse_generate(await _read_json(request))
     except BadRequest as exc:
         return _native_error(str(exc), 400, "BadRequestError")
+    bad_ids = emu.check_ids(specs)
+    if bad_ids:
+        return _native_error(bad_ids, 400, "BadRequestError")
     f = emu.options.faults
     if (emu.profile.firehose and stream and not batch and specs[0].max_new_tokens > 0
             and not f.any):
@@ -386,6 +389,9 @@ async def handle_openai(request: web.Request, chat: bool) -> web.StreamResponse:
         specs, opts = parse_openai(await _read_json(request), chat)
     except BadRequest as exc:
         return _openai_error(str(exc), 400, "BadRequestError")
+    bad_ids = emu.check_ids(specs)
+    if bad_ids:
+        return _openai_error(bad_ids, 400, "BadRequestError")
     fate = emu.fate()
     if fate.error_before:
         emu.errors += 1
@@ -500,15 +506,18 @@ async def handle_server_info(request: web.Request) -> web.Response:
 
 async def handle_model_info(request: web.Request) -> web.Response:
     emu = request.app[EMU]
-    return web.json_response({
-        "model_path": emu.model_name,
+    doc: dict[str, Any] = {
+        "model_path": emu.options.model_path or emu.model_name,
         "served_model_name": emu.model_name,
-        "tokenizer_path": emu.model_name,
+        "tokenizer_path": emu.options.model_path or emu.model_name,
         "architectures": ["FindingsEmulatorForCausalLM"],
         "is_generation": True,
         "weight_version": "default",
         "emulated": True,
-    })
+    }
+    if emu.options.model_path is None:
+        doc["vocab_size"] = emu.vocab_size  # with a model folder, its config.json says it
+    return web.json_response(doc)
 
 
 async def handle_models(request: web.Request) -> web.Response:

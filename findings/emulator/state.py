@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from findings.diskio import cause
@@ -23,8 +24,9 @@ from findings.emulator import faults
 from findings.emulator.engine import Engine, Seq, Step, StepResult, count_prompt_tokens, seed_for
 from findings.emulator.faults import Fate, Faults
 from findings.emulator.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
-from findings.emulator.model import PROFILES, Profile, mean_accept_length
+from findings.emulator.model import PROFILES, Profile, accept_p, mean_accept_length
 from findings.emulator.protocol import SeqSpec
+from findings.errors import FindingsError
 
 VERSION = "0.5.23-emulated"
 #: How far (wall seconds) the scheduler may fall behind its deadline and still catch up.
@@ -49,6 +51,12 @@ class EmulatorOptions:
     max_running_requests: int | None = None  # None = profile default
     faults: Faults = Faults()
     ground_truth_log: str | None = None  # JSONL: one line per finished request (arrival, every write)
+    #: Token ids at or past this are refused (HTTP 400), as a real model's
+    #: embedding fails on them; /model_info reports it (no --model-path).
+    vocab_size: int = 32000
+    #: A model folder (its config.json's vocab_size is the vocabulary);
+    #: /model_info names it as model_path, as SGLang names the model it serves.
+    model_path: str | None = None
 
 
 @dataclass
@@ -74,6 +82,18 @@ class Group:
 # The emulator state and scheduler loop
 
 
+def model_vocab(folder: str) -> int:
+    """A model folder's vocabulary size (config.json ``vocab_size``)."""
+    try:
+        doc = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+        n = doc["vocab_size"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise FindingsError(f"--model-path {folder}: no config.json with a vocab_size ({exc})") from None
+    if type(n) is not int or n < 2:
+        raise FindingsError(f"--model-path {folder}: config.json vocab_size must be an integer >= 2")
+    return n
+
+
 class Emulator:
     def __init__(self, options: EmulatorOptions) -> None:
         if options.profile not in PROFILES:
@@ -84,6 +104,7 @@ class Emulator:
         self.options = options
         self.profile: Profile = PROFILES[options.profile]
         self.model_name = f"findings-emulator/{self.profile.name}"
+        self.vocab_size = options.vocab_size if options.model_path is None else model_vocab(options.model_path)
         self.engine = Engine(self.profile, options.max_running_requests)
         self.started = time.monotonic()
         self.started_wall = time.time()
@@ -116,12 +137,16 @@ class Emulator:
         self.gt_log = options.ground_truth_log
         self._gt_file: Any = None
 
-    def log_truth(self, rid: str, arrival: float, events: list[float], text: str) -> None:
-        """One ground-truth line per finished request: the server's own clock."""
+    def log_truth(self, rid: str, arrival: float, events: list[float], text: str,
+                  messages_sha1: tuple[str, ...] = ()) -> None:
+        """One ground-truth line per finished request: the server's own clock,
+        and (chat) the sha1 of each message it was sent."""
         if self.gt_log is None:
             return
-        line = {"rid": rid, "arrival": arrival, "events": events,
-                "text_sha1": hashlib.sha1(text.encode()).hexdigest()}
+        line: dict[str, Any] = {"rid": rid, "arrival": arrival, "events": events,
+                                "text_sha1": hashlib.sha1(text.encode()).hexdigest()}
+        if messages_sha1:
+            line["messages_sha1"] = list(messages_sha1)
         try:
             if self._gt_file is None:
                 self._gt_file = open(self.gt_log, "a", encoding="utf-8")  # noqa: SIM115 (open for the process's life)
@@ -154,6 +179,17 @@ class Emulator:
         self.arrivals += 1
         return faults.fate(self.options.faults, self.options.seed, n)
 
+    def check_ids(self, specs: list[SeqSpec]) -> str | None:
+        """Why a request's token ids cannot be embedded (None: they can), as
+        SGLang's embedding fails on an id past the vocabulary."""
+        for spec in specs:
+            if isinstance(spec.prompt, list):
+                bad = [t for t in spec.prompt if not 0 <= t < self.vocab_size]
+                if bad:
+                    return (f"index out of range: token id {bad[0]} is not in the vocabulary "
+                            f"of {self.vocab_size} tokens")
+        return None
+
     # -- submission -----------------------------------------------------------
     def submit(self, specs: list[SeqSpec], internal: bool = False, arrival: float | None = None) -> Group:
         now = arrival if arrival is not None else time.time()
@@ -169,6 +205,8 @@ class Emulator:
                 min_new_tokens=spec.min_new_tokens, stop=spec.stop, stop_token_ids=spec.stop_token_ids,
                 seed=seed_for(self.options.seed, spec.rid if spec.rid else key),
                 internal=internal, prompt_key=key,
+                accept_p=accept_p(self.profile, spec.prompt) if self.profile.speculative else None,
+                messages_sha1=tuple(hashlib.sha1(m.encode()).hexdigest() for m in spec.messages),
             )
             seqs.append(seq)
         group = Group(seqs)

@@ -19,6 +19,15 @@ def _where(cell_campaign: str) -> str:
     return f"campaign {code(cell_campaign)}"
 
 
+def _not_decisive(lead: Comparison) -> str:
+    """Why a lead is no lead: inside the band, or beyond it with an interval that includes no difference."""
+    if abs(lead.delta) <= lead.band or lead.ci is None:
+        return f"inside the {fmt.band(lead.band)} noise band"
+    lo, hi = lead.ci
+    return (f"beyond the {fmt.band(lead.band)} noise band, but its bootstrap interval "
+            f"({fmt.pct(lo - 1)}…{fmt.pct(hi - 1)}) includes no difference")
+
+
 def latency(wc: WorkloadConclusion) -> str:
     b = wc.latency
     if b is None:
@@ -35,7 +44,7 @@ def latency(wc: WorkloadConclusion) -> str:
                 f"({fmt.pct(lead.delta)}), beyond the {fmt.band(lead.band)} noise band{unpaired}.")
     return (f"No config leads beyond noise at C={c}: {code(b.config)} measures "
             f"{fmt.tput(lead.a.mean)} tok/s and {code(lead.b.config)} {fmt.tput(lead.b.mean)} tok/s "
-            f"({fmt.pct(lead.delta)}), inside the {fmt.band(lead.band)} noise band{unpaired}.")
+            f"({fmt.pct(lead.delta)}), {_not_decisive(lead)}{unpaired}.")
 
 
 def throughput(wc: WorkloadConclusion) -> str:
@@ -56,8 +65,8 @@ def throughput(wc: WorkloadConclusion) -> str:
     if b.decisive:
         return (f"{code(b.config)} is best: {peaks}, a lead of {fmt.pct(lead.delta)}, beyond the "
                 f"{fmt.band(lead.band)} noise band{unpaired}.{caveat}")
-    return (f"No config leads beyond noise: {peaks}, a difference of {fmt.pct(lead.delta)}, inside "
-            f"the {fmt.band(lead.band)} noise band{unpaired}.{caveat}")
+    return (f"No config leads beyond noise: {peaks}, a difference of {fmt.pct(lead.delta)}, "
+            f"{_not_decisive(lead)}{unpaired}.{caveat}")
 
 
 def _concs(cand: Candidate, verdict: str) -> list[Comparison]:

@@ -139,3 +139,29 @@ def test_workload_without_baseline_is_inconclusive(rules):
     assert not wc.baseline_measured
     assert {c.config: c.policy for c in wc.candidates} == {"other": "inconclusive", "spec": "inconclusive"}
     assert wc.latency.config == "spec"  # ranked by raw throughput when no baseline exists
+
+
+def test_a_lead_beyond_the_band_whose_interval_includes_no_difference_is_not_called_inside_the_band():
+    from findings import prose
+    from findings.analysis import Best, Cell, Comparison, WorkloadConclusion
+
+    def cell(config: str, mean: float) -> Cell:
+        return Cell(workload="w", campaign="c", rank=0, config=config, concurrency=64, mean=mean, lo=mean, hi=mean,
+                    n=2, point_ids=(f"{config}/0",))
+
+    a, b = cell("spec", 262.9), cell("baseline", 211.9)
+    lead = Comparison(a=a, b=b, ratio=262.9 / 211.9, band=0.04, paired=True, drift=0.0, ci=(0.918, 1.630),
+                      method="bootstrap-repeats")
+    assert lead.verdict == "tie"
+    wc = WorkloadConclusion(workload="w", simulated=False, concurrencies=(64,), configs=("baseline", "spec"),
+                            baseline_measured=True, latency=None, throughput=Best("throughput", "spec", a, lead),
+                            candidates=())
+    text = prose.throughput(wc)
+    assert "a difference of +24.1%, beyond the ±4.0% noise band, but its bootstrap interval (-8.2%…+63.0%) " \
+           "includes no difference." in text
+    assert "inside" not in text
+    inside = Comparison(a=a, b=b, ratio=1.02, band=0.04, paired=True, drift=0.0)
+    wc2 = WorkloadConclusion(workload="w", simulated=False, concurrencies=(64,), configs=("baseline", "spec"),
+                             baseline_measured=True, latency=None, throughput=Best("throughput", "spec", a, inside),
+                             candidates=())
+    assert "+2.0%, inside the ±4.0% noise band." in prose.throughput(wc2)

@@ -508,8 +508,16 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "workloads": sections,
             "sources": _sources(pts, data),
         })
-    by_category = [d.sentence() for d in
-                   categories.differences(conclusions, categories.families(data.points), SIMULATED_SUFFIX)]
+    families = categories.families(data.points)
+    by_category = [d.sentence() for d in categories.differences(conclusions, families, SIMULATED_SUFFIX)]
+    category_tables = []
+    for label, members in sorted(families.items()):
+        camp = next((c.name for c in reversed(data.campaigns)
+                     if any(p.campaign == c.name and p.workload in members for p in data.points)), None)
+        rows = categories.family_rows(data.points, members, camp, marks.spec) if camp else ()
+        if rows:
+            category_tables.append({"set": label, "campaign": camp,
+                                    "table": Table(categories.FAMILY_HEADERS, rows, categories.FAMILY_ALIGN)})
     history, unchanged, earlier = _history(entries, detail)
     hidden_campaigns = None
     if hidden:
@@ -544,6 +552,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "slo": slo.describe() if slo.set else None,
         "workloads": workloads,
         "by_category": by_category,
+        "category_tables": category_tables,
         "history": history,
         "unchanged": unchanged,
         "history_earlier": earlier,

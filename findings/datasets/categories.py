@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 
 from findings import fmt
 from findings.analysis import LOSS, TIE, WIN, Conclusions
-from findings.datasets.model import CATEGORY_PREFIX, split_category_key
+from findings.datasets.model import CATEGORY_PREFIX, category_key, split_category_key
 from findings.model import Point
 
 
@@ -115,6 +115,36 @@ def families(points: Iterable[Point]) -> dict[str, dict[str, str]]:
         label = f"{p.workload_params.get('dataset_file', '?')} ({p.workload_params.get('prompts', '?')})"
         out.setdefault(label, {})[p.workload] = cat
     return out
+
+
+FAMILY_HEADERS = ("category", "config", "C", "tok/s", "accept length", "decode tok/s per request")
+FAMILY_ALIGN = ("left", "left", "right", "right", "right", "right")
+
+
+def family_rows(points: Iterable[Point], members: Mapping[str, str], campaign: str,
+                speculative: frozenset[str]) -> tuple[tuple[str, ...], ...]:
+    """One split prompt set's categories side by side, in one campaign: per
+    category, config and C, the output throughput and the accept length
+    (the point's own, from the server's per-request figures), averaged over
+    repeats. The document shows it under "By prompt category"."""
+    acc: dict[tuple[str, str, int], list[Point]] = {}
+    for p in points:
+        if p.campaign == campaign and p.workload in members and "output_throughput_tok_s" in p.metrics:
+            acc.setdefault((members[p.workload], p.config, p.concurrency), []).append(p)
+
+    def mean(pts: list[Point], key: str) -> float | None:
+        vals = [p.metrics[key] for p in pts if key in p.metrics]
+        return sum(vals) / len(vals) if vals else None
+
+    out = []
+    for (cat, config, c), pts in sorted(acc.items()):
+        tput = mean(pts, "output_throughput_tok_s")
+        accept = mean(pts, "accept_length") if config in speculative else None
+        decode = mean(pts, category_key(cat, "decode_tok_s"))
+        out.append((cat, config, str(c), f"{tput:.1f}" if tput is not None else "—",
+                    f"{accept:.2f}" if accept is not None else "—",
+                    f"{decode:.1f}" if decode is not None else "—"))
+    return tuple(out)
 
 
 _WORDS = {WIN: "wins", TIE: "ties", LOSS: "loses"}

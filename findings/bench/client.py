@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from findings.bench.protocol import Parser, build, messages
+from findings.bench.protocol import Parser, build
 from findings.bench.records import PointOutcome, RequestRecord
 from findings.bench.transport import StreamTransport
 from findings.bench.workload import Prompt
@@ -57,9 +57,8 @@ async def _one(transport: StreamTransport, plan: PointPlan, prompt: Prompt, rid:
                replies: tuple[str, ...] = ()) -> RequestRecord:
     rec = RequestRecord(index=prompt.index * TURN_STRIDE + turn - 1, input_len=prompt.input_len, turn=turn,
                         category=prompt.category)
-    chat = messages(prompt, replies, turn) if turn > 1 else None
     out_len = prompt.output_len if prompt.output_len is not None else plan.output_len
-    req = build(plan.api, prompt, out_len, plan.model, rid, ignore_eos=plan.ignore_eos, chat=chat)
+    req = build(plan.api, prompt, out_len, plan.model, rid, ignore_eos=plan.ignore_eos, turn=turn, replies=replies)
     await transport.send(req, rec, Parser(plan.api, rec, keep_text=turn < prompt.turns))
     if rec.prompt_tokens is not None:
         rec.input_len = rec.prompt_tokens  # the server's count, not the client's estimate
@@ -82,8 +81,9 @@ async def _conversation(transport: StreamTransport, plan: PointPlan, prompt: Pro
                                          error_type="skipped"))
             break
         rec = await _one(transport, plan, prompt, rid if turn == 1 else f"{rid}t{turn}", turn, tuple(replies))
-        replies.append("".join(rec.reply or ()))
-        rec.reply = None
+        if rec.reply is not None:
+            replies.append("".join(rec.reply))
+            rec.reply = None
         out.append(rec)
     return out
 
@@ -99,9 +99,7 @@ async def _closed_loop(transport: StreamTransport, plan: PointPlan, prompts: tup
         while queue:
             prompt = queue.pop()
             rid = f"{plan.rid_prefix}-{tag}{prompt.index}"
-            recs = [await _one(transport, plan, prompt, rid)] if prompt.turns == 1 else \
-                await _conversation(transport, plan, prompt, rid)
-            for rec in recs:
+            for rec in await _conversation(transport, plan, prompt, rid):
                 done.append(rec)
                 if on_done is not None:
                     on_done(rec)

@@ -46,10 +46,11 @@ def messages(prompt: Prompt, replies: tuple[str, ...] = (), turn: int = 1) -> li
 
 
 def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str, ignore_eos: bool = True,
-          chat: list[dict[str, str]] | None = None) -> Request:
+          turn: int = 1, replies: tuple[str, ...] = ()) -> Request:
     """The request body. ``ignore_eos``: exactly ``output_len`` tokens (also
     ``min_tokens`` on the OpenAI APIs); otherwise up to ``output_len``.
-    ``chat``: the messages of a later turn (openai-chat)."""
+    ``turn`` and ``replies``: a later turn of a conversation, with the
+    replies that came back to the earlier ones (openai-chat)."""
     if api == "native":
         body: dict[str, Any] = {
             "sampling_params": {"max_new_tokens": output_len, "ignore_eos": ignore_eos, "temperature": 0.0},
@@ -74,7 +75,7 @@ def build(api: str, prompt: Prompt, output_len: int, model: str, rid: str, ignor
     if ignore_eos:
         common["min_tokens"] = output_len
     if api == "openai-chat":
-        return Request(PATHS[api], {**common, "messages": chat if chat is not None else messages(prompt)})
+        return Request(PATHS[api], {**common, "messages": messages(prompt, replies, turn)})
     if api == "openai-completions":
         prompt_value: Any = list(prompt.input_ids) if prompt.input_ids is not None else flat_text(prompt)
         return Request(PATHS[api], {**common, "prompt": prompt_value})

@@ -19,12 +19,8 @@ from typing import Iterable, Mapping
 
 from findings import fmt
 from findings.analysis import LOSS, TIE, WIN, Conclusions
-from findings.datasets.model import CATEGORY_PREFIX, category_key, split_category_key
+from findings.datasets.model import category_key, split_category_key
 from findings.model import Point
-
-
-def has_categories(points: Iterable[Point]) -> bool:
-    return any(k.startswith(CATEGORY_PREFIX) for p in points for k in p.metrics)
 
 
 @dataclass(frozen=True)
@@ -47,15 +43,19 @@ class CategoryRow:
 
 def rows(points: Iterable[Point], speculative: frozenset[str]) -> list[CategoryRow]:
     """One row per config, C and category, over the points' repeats
-    (requests and tokens summed; rates weighted by completed requests)."""
+    (requests and tokens summed; rates weighted by completed requests).
+    Only points measured on a prompt set (they record ``dataset_size``) can
+    have per-category metrics: the others' metrics are not scanned."""
     acc: dict[tuple[str, int, str], dict[str, list[tuple[float, float]]]] = {}
     for p in points:
+        if "dataset_size" not in p.workload_params:
+            continue
         for key, v in p.metrics.items():
             parsed = split_category_key(key)
             if parsed is None:
                 continue
             cat, stat = parsed
-            weight = p.metrics.get(f"{CATEGORY_PREFIX}{cat}.completed", 0.0)
+            weight = p.metrics.get(category_key(cat, "completed"), 0.0)
             acc.setdefault((p.config, p.concurrency, cat), {}).setdefault(stat, []).append((v, weight))
     out = []
     for (config, c, cat), stats in sorted(acc.items()):
@@ -119,6 +119,18 @@ def families(points: Iterable[Point]) -> dict[str, dict[str, str]]:
 
 FAMILY_HEADERS = ("category", "config", "C", "tok/s", "accept length", "decode tok/s per request")
 FAMILY_ALIGN = ("left", "left", "right", "right", "right", "right")
+
+
+def latest_campaigns(points: Iterable[Point], fams: Mapping[str, Mapping[str, str]],
+                     rank: Mapping[str, int]) -> dict[str, str]:
+    """Each split prompt set's latest campaign (by ``rank``, replay order), in one pass."""
+    of = {w: label for label, members in fams.items() for w in members}
+    best: dict[str, str] = {}
+    for p in points:
+        label = of.get(p.workload)
+        if label is not None and rank.get(p.campaign, -1) >= rank.get(best.get(label, ""), -1):
+            best[label] = p.campaign
+    return best
 
 
 def family_rows(points: Iterable[Point], members: Mapping[str, str], campaign: str,

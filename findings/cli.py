@@ -347,13 +347,15 @@ def conclusions(obj: Context, as_json: bool) -> None:
 @click.option("--steps", type=click.IntRange(min=1), default=None, metavar="K",
               help="The step count (draft tokens per step chain), when the config's facts do not record it.")
 @click.option("--draft-model", default=None, metavar="PATH", help="The draft model, when its path is not recorded.")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="Where the engine will run, when not the device recorded (SGLang's CPU rules: docs/deploy.md).")
 @click.pass_obj
 def deploy_cmd(obj: Context, workload: str | None, config: str | None, engine: str, out: str, as_json: bool,
-               steps: int | None, draft_model: str | None) -> None:
+               steps: int | None, draft_model: str | None, device: str | None) -> None:
     """Emit the exact SGLang and vLLM settings of each derived speculation policy."""
     s = _run(obj.settings)
     click.echo(_run(document.deploy, s, workload=workload, config=config, engine=engine, out=Path(out),
-                    as_json=as_json, steps=steps, draft_model=draft_model))
+                    as_json=as_json, steps=steps, draft_model=draft_model, device=device))
 
 
 @main.command("plan")

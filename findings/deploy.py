@@ -52,6 +52,17 @@ VLLM_METHOD = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "NGRAM": "n
 #: vLLM methods whose proposer honours the schedule (0.33, model runner V1).
 VLLM_SCHEDULED = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
 NO_SPEC = frozenset({"", "none", "null", "off", "false", "no"})
+#: SGLang on the CPU, as SGLang 0.5.23 showed it (shared/engines/sglang-cpu,
+#: measured again by docs/sglang-cpu.md): a 0 in ``candidate_steps`` crashes the
+#: scheduler as soon as the controller picks it (``verify_tree_greedy_cpu``:
+#: "CHECK_EQ(candidates.scalar_type(), index_dtype) failed. Int vs Long"), so the
+#: fewest steps a CPU slot may hold is 1; speculation's running batch is forced to
+#: 48; ``--speculative-adaptive`` starts only with ``--disable-cuda-graph``; and
+#: verification is greedy whatever the temperature. Whether step 0 also fails on
+#: CUDA is not known (no GPU was used).
+SGLANG_CPU_FACTS_VERSION = "0.5.23"
+SGLANG_CPU_MIN_STEPS = 1
+SGLANG_CPU_MAX_RUNNING = 48
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,7 @@ class Facts:
     two_batch_overlap: bool
     pdmux: bool
     data_parallel: int | None
+    device: str | None = None  # lower case: "cpu", "cuda", ...; None: not recorded
 
     @property
     def speculates(self) -> bool | None:
@@ -137,8 +149,10 @@ def version(text: str | None) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.groups(default="0")) if m else None
 
 
-def facts_of(facts: Mapping[str, Scalar], environment: Mapping[str, Scalar] = {}, steps: int | None = None) -> Facts:
-    """Normalise the facts; ``steps`` (``--steps k``) wins over what is recorded."""
+def facts_of(facts: Mapping[str, Scalar], environment: Mapping[str, Scalar] = {}, steps: int | None = None,
+             device: str | None = None) -> Facts:
+    """Normalise the facts; ``steps`` (``--steps k``) and ``device``
+    (``--device``) win over what is recorded."""
     algo = facts.get("speculative_algorithm")
     topk = _int(facts.get("speculative_eagle_topk", facts.get("eagle_topk")))
     draft = _int(facts.get("speculative_num_draft_tokens", facts.get("draft_tokens")))
@@ -181,16 +195,18 @@ def facts_of(facts: Mapping[str, Scalar], environment: Mapping[str, Scalar] = {}
         two_batch_overlap=_flag(facts.get("enable_two_batch_overlap")),
         pdmux=_flag(facts.get("enable_pdmux")),
         data_parallel=dp,
+        device=(device or str(facts.get("device") or "")).strip().lower() or None,
     )
 
 
 # ------------------------------------------------------------------ schedules
 
-def adaptive_config(policy: str, threshold: int, k: int) -> dict[str, Any]:
-    """SGLang's adaptive file: one candidate per slot (a hard policy)."""
+def adaptive_config(policy: str, threshold: int, k: int, off: int = 0) -> dict[str, Any]:
+    """SGLang's adaptive file: one candidate per slot (a hard policy). ``off``:
+    the steps where the policy says "do not draft" (1 on the CPU, where 0 crashes)."""
     if policy == "on-above":
-        return {"1": {"candidate_steps": [0]}, str(threshold): {"candidate_steps": [k]}}
-    return {"1": {"candidate_steps": [k]}, str(threshold + 1): {"candidate_steps": [0]}}
+        return {"1": {"candidate_steps": [off]}, str(threshold): {"candidate_steps": [k]}}
+    return {"1": {"candidate_steps": [k]}, str(threshold + 1): {"candidate_steps": [off]}}
 
 
 def vllm_schedule(policy: str, threshold: int, k: int) -> list[list[int]]:
@@ -246,6 +262,7 @@ def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: st
                              "make it certain: pass --steps k")
     if f.steps <= 0:
         return EngineOutcome(e, "refused", f"the recorded step count is {f.steps}: nothing to speculate with")
+    cpu = f.device == "cpu"
     running = max(largest, f.max_running or 0)
     notes = []
     if f.steps_derivation:
@@ -258,8 +275,18 @@ def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: st
         head.append(f"--speculative-draft-model-path {_quote(f.draft_model)}")
     else:
         notes.append("the draft model's path is not recorded: add --speculative-draft-model-path")
+    if cpu:
+        if running > SGLANG_CPU_MAX_RUNNING:
+            notes.append(f"on the CPU SGLang {SGLANG_CPU_FACTS_VERSION} forces max_running_requests to "
+                         f"{SGLANG_CPU_MAX_RUNNING} for speculation: the {running} measured would be cut, so requests "
+                         f"beyond {SGLANG_CPU_MAX_RUNNING} wait in the queue")
+        running = min(running, SGLANG_CPU_MAX_RUNNING)
+        why_running = (f"--max-running-requests {running} (on the CPU SGLang {SGLANG_CPU_FACTS_VERSION} caps "
+                       f"speculation's running batch at {SGLANG_CPU_MAX_RUNNING})")
+        notes.append(f"on the CPU, SGLang {SGLANG_CPU_FACTS_VERSION} verifies greedily whatever the temperature")
+    else:
+        why_running = f"--max-running-requests {running} (EAGLE otherwise resets it to 48)"
     tail = [f"--max-running-requests {running}"] + (["--disable-overlap-schedule"] if f.overlap is False else [])
-    why_running = f"--max-running-requests {running} (EAGLE otherwise resets it to 48)"
     if policy == "always-on":
         flags = head + [f"--speculative-num-steps {f.steps}", f"--speculative-eagle-topk {f.topk or 1}"]
         if f.draft_tokens is not None:
@@ -267,20 +294,37 @@ def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: st
         return EngineOutcome(e, "always-on", f"speculation won or tied at every measured C: launch it as "
                              f"measured; {why_running}", tuple(flags + tail), notes=tuple(notes))
     assert threshold is not None
-    cfg = adaptive_config(policy, threshold, f.steps)
+    off = SGLANG_CPU_MIN_STEPS if cpu else 0
+    if off >= f.steps:
+        return EngineOutcome(e, "refused", f"on the CPU a slot cannot hold step 0 (it crashes SGLang "
+                             f"{SGLANG_CPU_FACTS_VERSION} in verify_tree_greedy_cpu), and the nearest safe schedule, "
+                             f"{off} step where the policy says none, is the measured {f.steps} steps everywhere: "
+                             "nothing would switch; launch it static, or measure more steps")
+    cfg = adaptive_config(policy, threshold, f.steps, off)
     flags = head + ["--speculative-adaptive", f"--speculative-adaptive-config {_quote(path)}",
                     f"--speculative-num-steps {f.steps}", "--speculative-eagle-topk 1"] + tail
+    if cpu:
+        flags.append("--disable-cuda-graph")
+    none = f"{off} step" if cpu else "no drafting"
     if policy == "on-above":
-        rule, below = f"no drafting below a running batch of {threshold}, {f.steps} steps from {threshold} on", threshold - 1
+        rule, below = f"{none} below a running batch of {threshold}, {f.steps} steps from {threshold} on", threshold - 1
     else:
-        rule, below = f"{f.steps} steps up to a running batch of {threshold}, no drafting from {threshold + 1} on", threshold
-    notes.append(f"CUDA graphs: SGLang rounds the batch up to the next captured size before it picks a slot; with "
-                 f"an explicit --cuda-graph-bs-decode list, include {below} in it (or leave the flag out), or the "
-                 "switch moves down to the captured size below")
+        rule, below = f"{f.steps} steps up to a running batch of {threshold}, {none} from {threshold + 1} on", threshold
+    if cpu:
+        notes.append(f"the nearest safe schedule, not the policy's: on the CPU a 0 in candidate_steps crashes SGLang "
+                     f"{SGLANG_CPU_FACTS_VERSION} as soon as the controller picks it (verify_tree_greedy_cpu: Int vs "
+                     f"Long), so the slot where the policy says \"do not draft\" runs {off} step, the fewest that works: "
+                     "it drafts less there, not nothing")
+        notes.append(f"--disable-cuda-graph: on the CPU SGLang {SGLANG_CPU_FACTS_VERSION} starts "
+                     "--speculative-adaptive only without graphs (NotImplementedError in build_adaptive_runtime_state)")
+    else:
+        notes.append(f"CUDA graphs: SGLang rounds the batch up to the next captured size before it picks a slot; with "
+                     f"an explicit --cuda-graph-bs-decode list, include {below} in it (or leave the flag out), or the "
+                     "switch moves down to the captured size below")
     if version(f.sglang_version) is None:
         notes.append("the SGLang version is not recorded: step 0 in a slot needs SGLang 0.5.14 or newer")
     details = ("step 0 still runs a one-token verify and the draft's extend pass (to keep the draft's KV cache "
-               "warm); SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 skips the extend (experimental)",)
+               "warm); SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1 skips the extend (experimental)",) if not cpu else ()
     return EngineOutcome(e, "deploy", f"{rule}; --speculative-num-steps {f.steps} is among the slots' steps; "
                          f"{why_running}", tuple(flags), cfg, path, tuple(notes), details)
 
@@ -425,9 +469,10 @@ def _gap_note(cand: Candidate) -> str | None:
 
 def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None, config: str | None = None,
          engines: Iterable[str] = ENGINES, steps: int | None = None,
-         draft_model: str | None = None, adaptive_dir: str = "") -> list[Deployment]:
+         draft_model: str | None = None, adaptive_dir: str = "", device: str | None = None) -> list[Deployment]:
     """One deployment per (workload, candidate), in workload then config order.
-    ``adaptive_dir``: where the SGLang files will be, as the flags name them."""
+    ``adaptive_dir``: where the SGLang files will be, as the flags name them;
+    ``device``: where the engine will run, when not as recorded (``--device``)."""
     env: dict[str, Scalar] = {}
     for run in data.runs:
         env.update(run.environment)
@@ -441,7 +486,7 @@ def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None
         for cand in wc.candidates:
             if config is not None and cand.config != config:
                 continue
-            f = facts_of(data.configs.get(cand.config, {}), env, steps)
+            f = facts_of(data.configs.get(cand.config, {}), env, steps, device)
             outcomes = []
             for engine in chosen:
                 if engine == "sglang":

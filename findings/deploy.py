@@ -20,6 +20,11 @@ threshold and its recorded facts give one outcome per engine:
 - ``needs-input``: a fact the flags need is not recorded and the engine's
   rules do not make it certain (``--steps k``): never guessed.
 
+SGLang on the CPU (the ``device`` fact, or ``--device cpu``) gets what
+SGLang 0.5.23 showed there: no step 0 in a slot (it crashes; the nearest safe
+schedule runs 1 step instead, and says so), ``--disable-cuda-graph`` for the
+adaptive schedule, and at most 48 running requests.
+
 The engine facts come from shared/reference/speculation-deploy.md and are
 checked against the engines' own code by ``make test-deploy``
 (tests/deploy/). The thresholds are client concurrencies; the engines

@@ -18,20 +18,24 @@ reused). KIND:
   by itself. Attention and MLP still run at full size: the compute is real, the
   answer is certain;
 - ``eagle3``: an EAGLE3 draft head (``LlamaForCausalLMEagle3``) for a ``perm``
-  target of the same hidden size and seed, whose greedy guess is f'(token just
-  sampled), where f' = f on a fraction ``--agree`` of the tokens (1.0: every
-  draft is right, and verification accepts every one; below 1, acceptance is
-  real and partial, and greedy verification keeps the output exactly the
-  target's). How: fc is zero (the target's hidden states are not used); the one
-  layer's attention reads only the token embedding, with q = 8·k, so each position
-  attends to positions holding the same token, whose values are all that token's
-  embedding; o_proj passes it on, down_proj is zero, and ``norm_output`` with a
-  final norm weight of 0.01 keeps the carried state from the previous draft step
-  a hundredth of the new one. The draft's lm_head is built from f' as the
-  target's is from f.
+  target of the same hidden size and seed, whose guess is right on a fraction
+  ``--agree`` of the tokens (1.0: every draft is right, and verification
+  accepts every one; below 1, acceptance is real and partial, and greedy
+  verification keeps the output exactly the target's). How: the target's
+  residual stream at every layer is the token's embedding E[x], and ``fc`` (the
+  identity) passes the captured one on; the one layer's MLP has one unit per
+  token, which fires on E[x] and writes about 100 times E[f'(x)] into the
+  residual, where f' = f on the agreeing tokens and another token elsewhere;
+  lm_head is the target's, so the guess is f(f'(x)), two tokens ahead of x,
+  as EAGLE pairs the hidden state at j with the token at j + 1. Attention
+  writes nothing (o_proj is zero). ``norm_output`` with a final norm weight of
+  0.01 carries the normed state, a hundredth of the next step's lookup, to the
+  next draft step, which so guesses one token further each step. (A first
+  version that read the token through attention was right on only about half
+  of the first drafts after a verify: docs/sglang-cpu.md.)
 
 The tokenizer is benchmarks/peer/make_tokenizer.py's offline byte-level BPE
-(4096 entries by default), with a small chat template added for the OpenAI chat
+(1,024 entries by default: the EAGLE3 head has one MLP unit per token), with a small chat template added for the OpenAI chat
 API. bf16 (SGLang's CPU attention kernels need it).
 """
 
@@ -133,32 +137,35 @@ def _llama_weights(cfg: dict[str, Any], seed: int, emb: Any, head: Any, perm: bo
     return w
 
 
-def _eagle3(vocab: int, hidden: int, heads: int, emb: Any, head: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _eagle3(vocab: int, hidden: int, emb: Any, head: Any, f2: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The draft head: an exact next-token lookup in its MLP (see the module's doc)."""
     import torch
 
-    inter = 64
-    cfg = _llama_config(vocab, hidden, 1, heads, inter, architectures=["LlamaForCausalLMEagle3"],
-                        draft_vocab_size=vocab, target_hidden_size=hidden, norm_output=True, rope_theta=1e9,
+    heads, head_dim = 2, 64
+    cfg = _llama_config(vocab, hidden, 1, heads, vocab, architectures=["LlamaForCausalLMEagle3"],
+                        head_dim=head_dim, draft_vocab_size=vocab, target_hidden_size=hidden, norm_output=True,
                         eagle_config={"eagle_aux_hidden_state_layer_ids": [0]})
-    eye = torch.eye(hidden)
-    zeros = torch.zeros(hidden, hidden)
+    g = torch.Generator().manual_seed(4000)
+    a = 1.0 / hidden ** 0.5 * 0.32  # gate = up = a * <E[x], n(h)>: about 10 for the token, about 0.3 for the rest
     p = "midlayer."
+    qkv_out = heads * head_dim
     w = {
         "embed_tokens.weight": emb,
         "lm_head.weight": head,
         "norm.weight": torch.full((hidden,), 0.01),
-        "fc.weight": torch.zeros(hidden, hidden),
+        "fc.weight": torch.eye(hidden),
         p + "input_layernorm.weight": torch.ones(hidden),
         p + "hidden_norm.weight": torch.ones(hidden),
         p + "post_attention_layernorm.weight": torch.ones(hidden),
-        # [embeds, hidden] -> q, k, v: the embedding half only.
-        p + "self_attn.q_proj.weight": torch.cat([8.0 * eye, zeros], dim=1),
-        p + "self_attn.k_proj.weight": torch.cat([eye, zeros], dim=1),
-        p + "self_attn.v_proj.weight": torch.cat([eye, zeros], dim=1),
-        p + "self_attn.o_proj.weight": eye.clone(),
-        p + "mlp.gate_proj.weight": torch.zeros(inter, hidden),
-        p + "mlp.up_proj.weight": torch.zeros(inter, hidden),
-        p + "mlp.down_proj.weight": torch.zeros(hidden, inter),
+        p + "self_attn.q_proj.weight": torch.randn(qkv_out, 2 * hidden, generator=g) * 0.02,
+        p + "self_attn.k_proj.weight": torch.randn(qkv_out, 2 * hidden, generator=g) * 0.02,
+        p + "self_attn.v_proj.weight": torch.randn(qkv_out, 2 * hidden, generator=g) * 0.02,
+        p + "self_attn.o_proj.weight": torch.zeros(hidden, qkv_out),
+        # One MLP unit per token x: it fires on E[x] and writes E[f'(x)] (about 100 times the
+        # carried state), so the residual becomes the guessed next token's embedding.
+        p + "mlp.gate_proj.weight": a * emb,
+        p + "mlp.up_proj.weight": a * emb,
+        p + "mlp.down_proj.weight": emb[f2].t().contiguous(),
     }
     return cfg, w
 
@@ -182,7 +189,7 @@ def make(kind: str, out: Path, a: argparse.Namespace) -> None:
         shift = ordinary[torch.randint(len(ordinary), (len(wrong),), generator=g)]
         f2[wrong] = torch.where(f[shift] == f[wrong], f[(shift + 1) % vocab], f[shift])
         meta["agreeing_tokens"] = int((f2[ordinary] == f[ordinary]).sum())
-        cfg, w = _eagle3(vocab, a.hidden, a.heads, emb, _head(emb, f2))
+        cfg, w = _eagle3(vocab, a.hidden, emb, _head(emb, f), f2)
     else:
         inter = a.intermediate or a.hidden * 2
         cfg = _llama_config(vocab, a.hidden, a.layers, a.heads, inter)
@@ -208,18 +215,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--intermediate", type=int, default=0, help="MLP width (default 2 x hidden)")
-    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--vocab", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--agree", type=float, default=1.0, help="eagle3: the fraction of tokens the draft guesses right")
     a = ap.parse_args(argv)
     if not 0.0 <= a.agree <= 1.0:
         ap.error("--agree must lie in [0, 1]")
-    name = f"sglang-{a.kind}-h{a.hidden}-l{a.layers}-i{a.intermediate or a.hidden * 2}-v{a.vocab}-s{a.seed}"
+    name = f"sglang-{a.kind}-h{a.hidden}-l{a.layers}-n{a.heads}-i{a.intermediate or a.hidden * 2}-v{a.vocab}-s{a.seed}"
     if a.kind == "eagle3":
-        name = f"sglang-eagle3-h{a.hidden}-v{a.vocab}-s{a.seed}-a{a.agree:g}"
+        name = f"sglang-eagle3-h{a.hidden}-n{a.heads}-v{a.vocab}-s{a.seed}-a{a.agree:g}"
     out = Path(a.out) if a.out else CACHE / name
     stamp = out / "findings-model.json"
-    if not (stamp.is_file() and json.loads(stamp.read_text()).get("version") == VERSION):
+    want = {"kind": a.kind, "version": VERSION, "hidden": a.hidden, "heads": a.heads, "seed": a.seed, "agree": a.agree}
+    if a.kind != "eagle3":
+        want["layers"] = a.layers
+    if not (stamp.is_file() and all(json.loads(stamp.read_text()).get(k) == v for k, v in want.items())):
         out.parent.mkdir(parents=True, exist_ok=True)
         make(a.kind, out, a)
     print(out)

@@ -18,6 +18,23 @@ about two months older than the 0.5.23 wheel. That wheel's Python passes
   (the tree pins an older torch than 0.5.23's 2.14.1);
 - raises the C++ standard to 20 (torch 2.14's headers need it).
 
+With ``--portable`` (tools/get_sglang_cpu.sh passes it on a CPU without
+AVX512-BF16 and AMX, such as an Intel Cascade Lake), it also builds a kernel
+that runs there. The tree compiles for x86-64-v4 with ``-mavx512bf16
+-mamx-*`` and its attention calls oneDNN's bf16 brgemm, which such a CPU
+cannot run ("could not generate a kernel", or an illegal instruction). So:
+
+- the compile flags become ``-march=native``: the tree's own AVX512 paths
+  (guarded by CPU_CAPABILITY_AVX512, which needs AVX512-BF16 and AMX) give way to
+  its portable ones, as on Arm;
+- the x86-only sources (MoE, int8/int4/fp8 GEMM, fused QKV: AMX code a Llama
+  never calls) keep their AVX512-BF16/AMX flags, so that every operator the
+  registry names is defined: compiled, never run on such a CPU;
+- every ``at::native::cpublas::brgemm`` call in the attention kernels
+  (``extend.cpp``, ``decode.cpp``) goes through ``findings_brgemm``, which calls
+  oneDNN where the CPU has AVX512-BF16 (every AMX CPU has it), and otherwise multiplies the
+  same VNNI-packed operands with a plain loop, accumulating in fp32.
+
 Every edit is anchored on text the tree must contain; if an anchor is missing
 (a newer or older tree), the script stops with the anchor it did not find,
 rather than building a kernel that disagrees with the wheel. A tree that already
@@ -61,6 +78,49 @@ static void findings_compat_extend_attention_cpu(
 """
 
 
+BRGEMM_FALLBACK = r"""#pragma once
+// findings compat shim (tools/sglang_cpu_shim.py --portable): oneDNN's bf16 brgemm
+// needs AVX512-BF16 or AMX. Elsewhere, the same product on the same VNNI-packed B
+// (element (k, n) at ((k / 2) * ldb + n) * 2 + k % 2), in fp32, with a plain loop.
+#include <ATen/native/CPUBlas.h>
+
+namespace {
+
+inline bool findings_has_brgemm() {
+  // Every CPU with AMX-BF16 has AVX512-BF16 too.
+  static const bool ok = (__builtin_cpu_init(), __builtin_cpu_supports("avx512bf16"));
+  return ok;
+}
+
+template <typename T>
+inline void findings_brgemm(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc, bool add_C,
+                            const T* A, const T* B, float* C) {
+  if (findings_has_brgemm()) {
+    at::native::cpublas::brgemm(M, N, K, lda, ldb, ldc, add_C, A, B, C);
+    return;
+  }
+  for (int64_t m = 0; m < M; ++m) {
+    float* c = C + m * ldc;
+    if (!add_C) {
+      for (int64_t n = 0; n < N; ++n) c[n] = 0.f;
+    }
+    const T* a = A + m * lda;
+    for (int64_t k = 0; k < K; ++k) {
+      const float av = static_cast<float>(a[k]);
+      const T* b = B + (k >> 1) * ldb * 2 + (k & 1);
+      for (int64_t n = 0; n < N; ++n) c[n] += av * static_cast<float>(b[n * 2]);
+    }
+  }
+}
+
+inline void findings_brgemm_release() {
+  if (findings_has_brgemm()) at::native::cpublas::brgemm_release();
+}
+
+}  // namespace
+"""
+
+
 class ShimError(Exception):
     pass
 
@@ -93,7 +153,41 @@ def shim_extension(src: str) -> str:
     return head + tail
 
 
-def shim_tree(aot: Path) -> list[str]:
+def portable(cpu: Path) -> list[str]:
+    """Edits for a CPU without AVX512-BF16 and AMX (see the module's doc)."""
+    done = []
+    cmake = cpu / "CMakeLists.txt"
+    text = cmake.read_text()
+    if "findings portable" not in text:
+        text = _sub_once(text, r"-march=x86-64-v4\s+-mavx512bf16\s+-mavx512vnni\s+-mamx-tile\s+-mamx-bf16\s+-mamx-int8",
+                         "-march=native  # findings portable: no AVX512-BF16/AMX flags", "x86 compile flags")
+        # The x86-only sources (AMX code a Llama never calls) keep their ISA flags, so that
+        # every operator the registry names is defined; they are compiled, never run here.
+        text = _sub_once(text, r"(\nif\(CMAKE_SYSTEM_PROCESSOR MATCHES \"aarch64\|arm64\"\)\n\s+add_compile_definitions\(SGLANG_CPU_ARM64_SKIP_X86_ONLY_OPS\))",
+                         "\nif(NOT CMAKE_SYSTEM_PROCESSOR MATCHES \"aarch64|arm64\")  # findings portable\n"
+                         "    set_source_files_properties(${SGLANG_CPU_X86_ONLY_SOURCES} PROPERTIES COMPILE_OPTIONS "
+                         "\"-mavx512bf16;-mavx512vnni;-mamx-tile;-mamx-bf16;-mamx-int8\")\nendif()\\1",
+                         "x86-only sources")
+        cmake.write_text(text)
+        done.append("portable: -march=native; the x86-only (AMX) sources keep their flags, unused")
+    (cpu / "findings_brgemm.h").write_text(BRGEMM_FALLBACK)
+    for name in ("extend.cpp", "decode.cpp"):
+        f = cpu / name
+        src = f.read_text()
+        if "findings_brgemm" in src:
+            continue
+        n = src.count("at::native::cpublas::brgemm(")
+        if n == 0:
+            raise ShimError(f"anchor not found ({name}: at::native::cpublas::brgemm)")
+        src = src.replace("at::native::cpublas::brgemm(", "findings_brgemm(")
+        src = src.replace("at::native::cpublas::brgemm_release()", "findings_brgemm_release()")
+        src = '#include "findings_brgemm.h"\n' + src
+        f.write_text(src)
+        done.append(f"portable: {name}: {n} brgemm calls through findings_brgemm")
+    return done
+
+
+def shim_tree(aot: Path, portable_build: bool = False) -> list[str]:
     done = []
     ext = aot / "csrc" / "cpu" / "torch_extension_cpu.cpp"
     cmake = aot / "csrc" / "cpu" / "CMakeLists.txt"
@@ -115,15 +209,19 @@ def shim_tree(aot: Path) -> list[str]:
     py2 = re.sub(r'"torch==[0-9.]+"', '"torch"', py)
     (aot / "pyproject.toml").write_text(py2)
     done.append("pyproject_cpu.toml -> pyproject.toml (torch unpinned)")
+    if portable_build:
+        done += portable(aot / "csrc" / "cpu")
     return done
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: sglang_cpu_shim.py AOT_DIR", file=sys.stderr)
+    flags = [a for a in argv if a.startswith("--")]
+    args = [a for a in argv if not a.startswith("--")]
+    if len(args) != 1 or set(flags) - {"--portable"}:
+        print("usage: sglang_cpu_shim.py AOT_DIR [--portable]", file=sys.stderr)
         return 2
     try:
-        for line in shim_tree(Path(argv[0])):
+        for line in shim_tree(Path(args[0]), "--portable" in flags):
             print(f"[sglang_cpu_shim] {line}", file=sys.stderr)
     except ShimError as exc:
         print(f"[sglang_cpu_shim] error: {exc}", file=sys.stderr)

@@ -48,7 +48,8 @@ ROOT = HERE.parent
 MODES = ("none", "ngram", "standalone", "eagle3", "adaptive")
 HIDDEN = os.environ.get("SGLANG_TINY_HIDDEN", "1024")
 LAYERS = os.environ.get("SGLANG_TINY_LAYERS", "4")
-AGREE = os.environ.get("SGLANG_TINY_AGREE", "0.6")
+HEADS = os.environ.get("SGLANG_TINY_HEADS", "16")
+AGREE = os.environ.get("SGLANG_TINY_AGREE", "0.85")
 STEPS = int(os.environ.get("SGLANG_TINY_STEPS", "3"))
 SERVER = ["--device", "cpu", "--host", "127.0.0.1", "--dtype", "bfloat16", "--max-total-tokens", "32768",
           "--enable-metrics", "--random-seed", "0", "--attention-backend", "intel_amx",
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> int:
         return 2
     py = subprocess.run(["bash", str(HERE / "get_sglang_cpu.sh")], check=True, text=True,
                         stdout=subprocess.PIPE).stdout.strip()
-    size = ["--hidden", HIDDEN, "--layers", LAYERS]
+    size = ["--hidden", HIDDEN, "--layers", LAYERS, "--heads", HEADS]
     target = _model(py, opts["model"], *size)
     args = [py, str(HERE / "sglang_launch.py"), "--model-path", target, "--port", port, *SERVER]
     eagle = ["--speculative-num-steps", str(STEPS), "--speculative-eagle-topk", "1",
@@ -106,7 +107,7 @@ def main(argv: list[str]) -> int:
     if mode == "ngram":
         args += NGRAM
     elif mode == "eagle3":
-        draft = _model(py, "eagle3", "--hidden", HIDDEN, "--agree", AGREE)
+        draft = _model(py, "eagle3", "--hidden", HIDDEN, "--heads", HEADS, "--agree", AGREE)
         args += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", draft, *eagle]
     elif mode == "standalone":
         draft = _model(py, "perm", "--hidden", "256", "--layers", "1")
@@ -116,7 +117,17 @@ def main(argv: list[str]) -> int:
         if missing:
             print(f"sglang_serve: adaptive needs --{', --'.join(missing)}", file=sys.stderr)
             return 2
-        args += _deployed(opts["store"], opts["workload"], opts.get("config", "spec"))
+        # The recorded draft model is this machine's cached one (tools/make_sglang_models.py):
+        # make sure it is there before SGLang is told to load it.
+        _model(py, "eagle3", "--hidden", HIDDEN, "--heads", HEADS, "--agree", AGREE)
+        flags = _deployed(opts["store"], opts["workload"], opts.get("config", "spec"))
+        if "--speculative-draft-model-path" in flags:
+            draft = flags[flags.index("--speculative-draft-model-path") + 1]
+            if not Path(draft).is_dir():
+                print(f"sglang_serve: the deployed draft model {draft} is not on this machine (made with other "
+                      "SGLANG_TINY_* settings or another FINDINGS_MODEL_CACHE?)", file=sys.stderr)
+                return 2
+        args += flags
     env = {**os.environ, "SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "SGLANG_DISABLE_REQUEST_LOGGING": "1", "DO_NOT_TRACK": "1"}
     sys.stdout.flush()

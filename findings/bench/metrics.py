@@ -80,7 +80,12 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
         m["concurrency"] = sum(e2e) / duration  # measured mean in flight, as sglang reports it
     verify = [r for r in ok if r.spec_verify_ct]
     if verify:
-        m["accept_length"] = sum(r.output_tokens for r in verify) / sum(r.spec_verify_ct or 0 for r in verify)
+        calls = sum(r.spec_verify_ct or 0 for r in verify)
+        m["accept_length"] = sum(r.output_tokens for r in verify) / calls
+        # SGLang's per-request verify calls (meta_info.spec_verify_ct), summed and per request:
+        # how much an adaptive schedule drafted, beside the counters' spec_verify_calls_metrics.
+        m["spec_verify_calls"] = float(calls)
+        m["spec_verify_ct_mean"] = calls / len(verify)
     elif (vllm := vllm_accept_length(ok)) is not None:
         m["accept_length"] = vllm
     drafted = [r for r in ok if r.draft_n is not None and r.draft_accepted is not None]
@@ -269,6 +274,7 @@ def _counter_deltas(outcome: PointOutcome) -> dict[str, float]:
         calls = _delta(before, after, "sglang:spec_verify_calls_total")
         if gen and calls:
             m["accept_length_metrics"] = gen / calls
+            m["spec_verify_calls_metrics"] = calls
         prompt = _delta(before, after, "sglang:prompt_tokens_total")
         if prompt is not None and prompt > 0:
             m["server_prompt_tokens"] = prompt

@@ -161,3 +161,70 @@ def _summary(title: str, cases: list[dict[str, Any]], results: list[dict[str, An
     old = SUMMARY.read_text() if SUMMARY.exists() else ""
     keep = old.split(f"## {title}")[0] if f"## {title}" in old else old
     SUMMARY.write_text((keep.rstrip() + "\n\n" if keep.strip() else "") + "\n".join(text) + "\n")
+
+
+def test_real_sglang_starts_and_serves_an_emitted_adaptive_file(tmp_path: Path) -> None:
+    """SGLang 0.5.23 itself, on the CPU (tools/get_sglang_cpu.sh; skipped, saying so, without
+    an SGLang checkout or a cached build): the flags and the file `findings deploy` emits for
+    an on-below policy measured on the CPU (threshold 2, 3 steps: the nearest safe schedule
+    {"1": [3], "3": [1]}) start the server, and it serves batches on both sides of the switch,
+    the 1-step slot included (where a 0 would crash it)."""
+    import httpx
+
+    sys.path.insert(0, str(ROOT / "tests" / "engine"))
+    from test_sglang_conformance import SMALL, Server, _sglang_python
+
+    py = _sglang_python()
+    draft = subprocess.run([py, str(ROOT / "tools" / "make_sglang_models.py"), "eagle3", "--hidden",
+                            SMALL["SGLANG_TINY_HIDDEN"], "--heads", SMALL["SGLANG_TINY_HEADS"], "--agree", "0.9"],
+                           capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+    from findings.model import THROUGHPUT, Campaign, Dataset, Point
+
+    facts = {"speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 1, "speculative_num_steps": 3,
+             "speculative_num_draft_tokens": 4, "speculative_draft_model_path": draft, "sglang_version": "0.5.23",
+             "device": "cpu", "max_running_requests": 48, "engine": "sglang"}
+    points = []
+    for c, spec in ((1, 130.0), (2, 120.0), (4, 80.0)):
+        for config, value in (("baseline", 100.0), ("spec", spec)):
+            points.append(Point(id=f"t/{len(points)}", run_id="t", campaign="c", config=config, workload="w",
+                                concurrency=c, metrics={THROUGHPUT: value}, source="import", source_file=None,
+                                source_line=None))
+    data = Dataset(campaigns=(Campaign("c", order=1),), points=tuple(points),
+                   configs={"baseline": {"speculative_algorithm": "none"}, "spec": facts})
+    (d,) = deploy.plan(data, conclude(data, Rules()), adaptive_dir=str(tmp_path))
+    e = d.engine("sglang")
+    assert e is not None and e.status == "deploy" and e.file, e
+    assert e.config == {"1": {"candidate_steps": [3]}, "3": {"candidate_steps": [1]}}
+    Path(e.file).write_text(json.dumps(e.config))
+    flags = [tok for f in e.flags for tok in f.split()]
+    assert "--disable-cuda-graph" in flags
+    server = Server("none", tmp_path, *flags)
+    try:
+        info = httpx.get(server.url + "/server_info", timeout=30).json()
+        assert info["speculative_adaptive"] is True and info["speculative_adaptive_config"] == e.file, info
+        assert info["speculative_algorithm"] == "EAGLE3" and info["disable_cuda_graph"] is True
+
+        def one(i: int) -> dict[str, Any]:
+            r = httpx.post(server.url + "/generate", json={"input_ids": [10 + i, 20, 30], "sampling_params": {
+                "max_new_tokens": 48, "temperature": 0, "ignore_eos": True}}, timeout=300)
+            r.raise_for_status()
+            return r.json()["meta_info"]
+
+        alone = one(0)  # batch 1: the 3-step slot
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(8) as pool:  # batch up to 8: the 1-step slot
+            crowd = list(pool.map(one, range(8)))
+        assert server.proc.poll() is None, server.log.read_text()[-3000:]
+        for m in [alone, *crowd]:
+            assert m["completion_tokens"] == 48 and m["spec_verify_ct"] > 0, m
+        # More tokens per verify alone (3 steps) than in the crowd (mostly 1 step: at most 2 per verify).
+        crowd_al = sum(m["completion_tokens"] for m in crowd) / sum(m["spec_verify_ct"] for m in crowd)
+        assert alone["spec_accept_length"] > 2.5 and crowd_al < alone["spec_accept_length"], (alone, crowd_al)
+        with SUMMARY.open("a") as fh:
+            fh.write(f"\n## Real SGLang 0.5.23 on the CPU, launched with an emitted adaptive file\n\n"
+                     f"- file {json.dumps(e.config)}; flags `{' '.join(e.flags)}`\n"
+                     f"- served: batch 1, {alone['spec_verify_ct']} verify calls for 48 tokens (accept length "
+                     f"{alone['spec_accept_length']:.2f}); 8 at once, {crowd_al:.2f} tokens per verify call\n")
+    finally:
+        server.kill()

@@ -46,9 +46,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 MODES = ("none", "ngram", "standalone", "eagle3", "adaptive")
-HIDDEN = os.environ.get("SGLANG_TINY_HIDDEN", "1024")
-LAYERS = os.environ.get("SGLANG_TINY_LAYERS", "4")
-HEADS = os.environ.get("SGLANG_TINY_HEADS", "16")
+HIDDEN = os.environ.get("SGLANG_TINY_HIDDEN", "256")
+LAYERS = os.environ.get("SGLANG_TINY_LAYERS", "2")
+HEADS = os.environ.get("SGLANG_TINY_HEADS", "4")
 AGREE = os.environ.get("SGLANG_TINY_AGREE", "0.85")
 STEPS = int(os.environ.get("SGLANG_TINY_STEPS", "3"))
 SERVER = ["--device", "cpu", "--host", "127.0.0.1", "--dtype", "bfloat16", "--max-total-tokens", "32768",

@@ -208,7 +208,8 @@ def test_acceptance_from_meta_info_matches_the_counters(sweep: Points) -> None:
         if config == "baseline":
             assert "accept_length" not in m and "accept_length_metrics" not in m, (camp, c)
             continue
-        assert m["accept_length_metrics"] > 1.2, (camp, config, c)  # drafts are genuinely accepted
+        # drafts are genuinely accepted (n-gram on the looping random model: about 1.2; EAGLE3: about 3.2)
+        assert m["accept_length_metrics"] > (1.1 if config == "ngram" else 2.5), (camp, config, c)
         if camp == "sglang-native":  # meta_info carries spec_verify_ct per request
             assert m["accept_length"] == pytest.approx(m["accept_length_metrics"], rel=0.01), (config, c)
     # The 60%-right draft: 1 + 0.6 + 0.36 + 0.216 = 2.18 expected with 3 steps, if each guess

@@ -221,6 +221,7 @@ def test_real_sglang_starts_and_serves_an_emitted_adaptive_file(tmp_path: Path) 
         # More tokens per verify alone (3 steps) than in the crowd (mostly 1 step: at most 2 per verify).
         crowd_al = sum(m["completion_tokens"] for m in crowd) / sum(m["spec_verify_ct"] for m in crowd)
         assert alone["spec_accept_length"] > 2.5 and crowd_al < alone["spec_accept_length"], (alone, crowd_al)
+        SUMMARY.parent.mkdir(parents=True, exist_ok=True)
         with SUMMARY.open("a") as fh:
             fh.write(f"\n## Real SGLang 0.5.23 on the CPU, launched with an emitted adaptive file\n\n"
                      f"- file {json.dumps(e.config)}; flags `{' '.join(e.flags)}`\n"

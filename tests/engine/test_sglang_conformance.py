@@ -273,8 +273,8 @@ class Server:
 
 
 @pytest.fixture()
-def server(sglang_py: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    s = Server(request.param if hasattr(request, "param") else "none", tmp_path, "--model", "random")
+def server(sglang_py: str, tmp_path: Path) -> Any:
+    s = Server("none", tmp_path, "--model", "random")
     yield s
     s.kill()
 

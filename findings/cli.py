@@ -210,6 +210,8 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
 @click.option("--read-timeout", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
               help="Attach mode: seconds without data before a request counts as stalled.")
 @click.option("--no-flush-cache", is_flag=True, help="Attach mode: do not POST /flush_cache before each point.")
+@click.option("--running-sample", "running_sample_s", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              metavar="S", help="Attach mode: read the server's running-batch gauge every S seconds (0: never).")
 @click.option("--date", default=None, metavar="YYYY-MM-DD", help="Campaign date (default: today, UTC).")
 @click.option("--campaign-suffix", default="", help="Appended to every campaign name (e.g. a timestamp).")
 @click.option("--log-dir", default=None, metavar="DIR", help="Server logs (launch mode). Default: build/logs.")
@@ -228,7 +230,8 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
           workload: str | None, concurrency: tuple[int, ...], num_prompts: int, input_len: int,
           output_len: int, prompts: str | None, dataset: str | None, split_by: str | None, max_turns: int | None,
           vocab_size: int | None, ignore_eos: bool | None, api: str, transport: str, repeats: int, warmup: int,
-          seed: int, read_timeout: float, no_flush_cache: bool, date: str | None, campaign_suffix: str,
+          seed: int, read_timeout: float, no_flush_cache: bool, running_sample_s: float, date: str | None,
+          campaign_suffix: str,
           log_dir: str | None, api_key: str | None, no_progress: bool, until_decided: bool, max_repeats: int,
           max_minutes: float | None) -> None:
     """Run a benchmark matrix (MATRIX.toml), or attach to a server with --url."""
@@ -255,7 +258,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
                  output_len=output_len, num_prompts=num_prompts, seed=seed, ignore_eos=ignore_eos,
                  split_by=split_by, max_turns=max_turns, vocab_size=vocab_size)
         sweep = Sweep(api=api, transport=transport, concurrency=concurrency, repeats=repeats, warmup=warmup,
-                      read_timeout_s=read_timeout, flush_cache=not no_flush_cache)
+                      read_timeout_s=read_timeout, flush_cache=not no_flush_cache, running_sample_s=running_sample_s)
         report = _run(runner.bench_attach, url, config, campaign, w, sweep, opts)
     click.echo(report.summary())
     if report.interrupted:

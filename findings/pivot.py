@@ -119,6 +119,26 @@ def lookup(rows: Sequence[Mapping[str, Any]], workload: str, config: str, metric
     return sum(vals) / len(vals) if vals else None
 
 
+#: The running-batch gauge's interval before runs recorded it (findings < the
+#: ``running_sample_s`` sweep key).
+UNRECORDED_SAMPLE_S = 0.2
+
+
+def sampled_every(rows: Sequence[Mapping[str, Any]], workload: str, campaign: str | None = None) -> str:
+    """How often one campaign's points read the running-batch gauge, from the
+    points themselves: "every 1 s", or each interval the points record."""
+    camp = campaign or latest_campaign(rows, workload)
+    sampled = [r["metrics"] for r in rows if matches(r["workload"], workload) and r["campaign"] == camp
+               and "server_running_samples" in r["metrics"]]
+    if not sampled:
+        return "never (no point read it)"
+    seen = sorted({float(m["server_running_interval_s"]) for m in sampled if "server_running_interval_s" in m})
+    parts = [f"{s:g} s" for s in seen]
+    if any("server_running_interval_s" not in m for m in sampled):
+        parts.append(f"{UNRECORDED_SAMPLE_S:g} s (stored before runs recorded the interval)")
+    return "every " + " or ".join(parts)
+
+
 def ratios(rows: Sequence[Mapping[str, Any]], workload: str, metric: str, over: str,
            campaign: str | None = None) -> list[float]:
     """``metric / over`` of every point of one campaign (default: the latest
@@ -199,5 +219,8 @@ def template_functions(data: Dataset) -> dict[str, Any]:
     def _across_ratios(workload: str, metric: str, other: str, other_metric: str | None = None) -> list[float]:
         return across_ratios(rows(), workload, metric, other, other_metric)
 
+    def _sampled(workload: str, campaign: str | None = None) -> str:
+        return sampled_every(rows(), workload, campaign)
+
     return {"pivot": _pivot, "lookup": _lookup, "ratios": _ratios, "latest_campaign": _latest, "across": _across,
-            "across_ratios": _across_ratios}
+            "across_ratios": _across_ratios, "sampled_every": _sampled}

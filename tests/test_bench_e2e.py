@@ -290,11 +290,23 @@ def test_points_record_the_servers_running_batch(emulator, store):
     url = emulator("--profile", "baseline", "--speed", "10")
     r = cli("bench", "--url", url, "--config", "baseline", "--campaign", "c1", "--workload", "w",
             "--concurrency", "1,8", "--num-prompts", "32", "--input-len", "16", "--output-len", "64",
-            "--warmup", "1", "--no-progress", store=store)
+            "--warmup", "1", "--running-sample", "0.2", "--no-progress", store=store)
     assert r.exit_code == 0, r.output
     by_c = {d["points"][0]["concurrency"]: d["points"][0]["metrics"] for d in runs(store)}
+    assert {d["provenance"]["running_sample_s"] for d in runs(store)} == {0.2}
     for c, m in by_c.items():
         # sglang:num_running_reqs, sampled every 0.2 s during the point.
         assert m["server_running_samples"] >= 1 and 0 <= m["server_running_max"] <= c
+        assert m["server_running_interval_s"] == 0.2
         assert m["server_running_p50"] <= m["server_running_p90"] <= m["server_running_max"]
     assert by_c[8]["server_running_p50"] >= 4  # a closed loop of 8 keeps the batch near 8
+    # 0: the gauge is never read, so the points say nothing of the server's batch.
+    off = store.parent / "off"
+    r = cli("bench", "--url", url, "--config", "baseline", "--campaign", "c2", "--workload", "w",
+            "--concurrency", "8", "--num-prompts", "32", "--input-len", "16", "--output-len", "64",
+            "--warmup", "1", "--running-sample", "0", "--no-progress", store=off)
+    assert r.exit_code == 0, r.output
+    [doc] = runs(off)
+    assert doc["provenance"]["running_sample_s"] == 0.0
+    assert not any(k.startswith("server_running") for k in doc["points"][0]["metrics"])
+    assert doc["points"][0]["metrics"]["server_generation_tokens"] == 32 * 64  # the counters are still read

@@ -165,7 +165,10 @@ def test_matrix_parse():
     assert m.configs["a"].launch == "{python} serve --model /m --port {port}"
     assert m.campaigns[0].sweep.concurrency == (1, 10)
     assert m.campaigns[0].sweep.repeats == 2
+    assert m.campaigns[0].sweep.running_sample_s == 1.0  # the default (D84)
     assert m.workloads["w"].requests_at(10) == 10 and m.workloads["w"].requests_at(1) == 4
+    off = parse("m.toml", MATRIX.replace("concurrency = [10, 1]", "concurrency = [10, 1]\nrunning_sample_s = 0"))
+    assert off.campaigns[0].sweep.running_sample_s == 0.0
 
 
 @pytest.mark.parametrize(("text", "field"), [
@@ -174,6 +177,8 @@ def test_matrix_parse():
     (MATRIX.replace("concurrency = [10, 1]", "concurrency = [0]"), "defaults.concurrency"),
     (MATRIX.replace('prompts = "diverse"', 'prompts = "sharegpt"'), "workloads.w.prompts"),
     (MATRIX.replace("[[campaigns]]", "[[nothing]]"), "campaigns"),
+    (MATRIX.replace("concurrency = [10, 1]", "concurrency = [1]\nrunning_sample_s = -1"), "defaults.running_sample_s"),
+    (MATRIX.replace("concurrency = [10, 1]", "concurrency = [1]\nrunning_sample_s = true"), "defaults.running_sample_s"),
     ("this is = not toml =", None),
 ])
 def test_matrix_errors(text, field):

@@ -185,10 +185,12 @@ def test_the_llamacpp_document_shows_the_agreement(tmp_path: Path, double) -> No
     plain statement of what it is, and the agreement computed from the store."""
     url = double("--accept", "0.75")
     store = tmp_path / "store"
+    # A window of about a second per point: the scrape window's few ms of
+    # event-loop overhead stay well inside the 5% goal on a loaded machine.
     for config in ("baseline", "spec"):
         r = cli("--settings", str(ROOT / "benchmarks" / "llamacpp.findings.toml"), "bench", "--url", url,
                 "--config", config, "--campaign", "k", "--workload", "tiny-random", "--api", "openai-completions",
-                "--concurrency", "1,2", "--num-prompts", "8", "--output-len", "60", "--warmup", "2",
+                "--concurrency", "1,2", "--num-prompts", "16", "--output-len", "200", "--warmup", "2",
                 "--no-progress", store=store)
         assert r.exit_code == 0, r.output
     out = tmp_path / "doc.md"
@@ -218,6 +220,17 @@ def test_pivot_over_and_ratios() -> None:
     t = pivot(rows, "w", "a", over="b", digits=3)
     assert t.rows == (("x", "1.010", "0.990"), ("y", "—", "—"))
     assert ratios(rows, "w", "a", "b") == [1.01, 0.99]
+
+
+def test_sampled_every_says_the_points_own_interval() -> None:
+    from findings.pivot import sampled_every
+    def row(c: int, **m: float) -> dict:
+        return {"campaign": "k", "workload": "w", "config": "x", "concurrency": c, "metrics": m}
+    assert sampled_every([row(1, server_running_samples=3, server_running_interval_s=1.0)], "w") == "every 1 s"
+    assert sampled_every([row(1, server_running_samples=3, server_running_interval_s=1.0),
+                          row(2, server_running_samples=9)], "w") == \
+        "every 1 s or 0.2 s (stored before runs recorded the interval)"
+    assert sampled_every([row(1, output_throughput_tok_s=5.0)], "w") == "never (no point read it)"
 
 
 def test_cached_tokens_from_sglang_meta_info_and_openai_usage() -> None:

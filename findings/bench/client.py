@@ -111,27 +111,35 @@ async def _closed_loop(transport: StreamTransport, plan: PointPlan, prompts: tup
 Scrape = Callable[[], Awaitable[dict[str, float] | None]]
 Sample = Callable[[], Awaitable[float | None]]
 #: How often the server's running-requests gauge is read during a point.
-RUNNING_INTERVAL_S = 0.2
 
 
-async def _sampler(sample: Sample, samples: list[float], stop: asyncio.Event) -> None:
-    """Read the gauge now and every RUNNING_INTERVAL_S until ``stop``."""
+async def _sampler(sample: Sample, every_s: float, samples: list[float], stop: asyncio.Event) -> None:
+    """Read the gauge half an interval in (not at the start, when the point's
+    requests are not yet in), then every ``every_s`` seconds until ``stop``."""
+    try:
+        await asyncio.wait_for(stop.wait(), every_s / 2)
+        return
+    except asyncio.TimeoutError:
+        pass
     while not stop.is_set():
         value = await sample()
         if value is not None:
             samples.append(value)
         try:
-            await asyncio.wait_for(stop.wait(), RUNNING_INTERVAL_S)
+            await asyncio.wait_for(stop.wait(), every_s)
         except asyncio.TimeoutError:
             pass
 
 
 async def run_point(transport: StreamTransport, plan: PointPlan,
                     on_done: Callable[[RequestRecord], None] | None = None,
-                    scrape: Scrape | None = None, sample: Sample | None = None) -> PointOutcome:
+                    scrape: Scrape | None = None, sample: Sample | None = None,
+                    sample_every_s: float = 1.0) -> PointOutcome:
     """One point. ``scrape``: the server's counters, read after the warm-up and
     after the last request; ``sample``: its running-requests gauge, read
-    during the point (only when the first scrape found counters)."""
+    every ``sample_every_s`` during the point (only when the first scrape
+    found counters). Each read costs the server a /metrics render: on a
+    CPU-bound server that is time taken from the point (docs/decisions.md D84)."""
     if plan.warmup:
         await _closed_loop(transport, plan, plan.warmup, "w", None)
     await transport.prewarm(plan.concurrency)
@@ -141,7 +149,7 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
     stop = asyncio.Event()
     monitor = asyncio.create_task(_lag_monitor(samples, stop))
     running: list[float] = []
-    sampler = (asyncio.create_task(_sampler(sample, running, stop))
+    sampler = (asyncio.create_task(_sampler(sample, sample_every_s, running, stop))
                if sample is not None and before is not None else None)
     cpu0 = time.process_time()
     try:
@@ -162,4 +170,5 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
                         planned=planned_requests(plan.prompts), lag_samples_ms=tuple(samples), cpu_s=cpu,
                         metrics_before=before, metrics_after=after,
                         metrics_window=(window_start, window_end) if before and after else None,
-                        running_samples=tuple(running))
+                        running_samples=tuple(running),
+                        running_interval_s=sample_every_s if sampler is not None else None)

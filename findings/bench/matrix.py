@@ -82,6 +82,9 @@ class Sweep:
     health_timeout_s: float = 120.0
     read_timeout_s: float = 60.0
     flush_cache: bool = True
+    #: Seconds between reads of the server's running-batch gauge during a
+    #: point; 0: never. Each read is a /metrics render on the server (D84).
+    running_sample_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class Matrix:
 
 
 SWEEP_KEYS = {"api", "transport", "concurrency", "repeats", "warmup", "health_timeout_s", "read_timeout_s",
-              "flush_cache"}
+              "flush_cache", "running_sample_s"}
 
 
 def _sweep(path: str, where: str, table: Mapping[str, Any], base: Sweep) -> Sweep:
@@ -123,6 +126,8 @@ def _sweep(path: str, where: str, table: Mapping[str, Any], base: Sweep) -> Swee
             raise InputError(path, None, f"{where}.{key}", "expected an integer >= 0")
         if key in ("health_timeout_s", "read_timeout_s") and (not isinstance(v, (int, float)) or v <= 0):
             raise InputError(path, None, f"{where}.{key}", "expected a number > 0")
+        if key == "running_sample_s" and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
+            raise InputError(path, None, f"{where}.{key}", "expected a number >= 0 (0: no sampling)")
         if key == "flush_cache" and not isinstance(v, bool):
             raise InputError(path, None, f"{where}.{key}", "expected true or false")
         values[key] = float(v) if key.endswith("_s") else v

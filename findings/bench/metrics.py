@@ -106,13 +106,15 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
     run = outcome.running_samples
     if run:
         # The server's running batch during the point (its gauge, sampled every
-        # 0.2 s, ramp-up and ramp-down included): what speculation schedules
+        # running_sample_s, 1 s by default, ramp-up and ramp-down included): what speculation schedules
         # switch on, against the client's concurrency C.
         m["server_running_mean"] = sum(run) / len(run)
         m["server_running_p50"] = percentile(run, 50)
         m["server_running_p90"] = percentile(run, 90)
         m["server_running_max"] = max(run)
         m["server_running_samples"] = float(len(run))
+        if outcome.running_interval_s is not None:
+            m["server_running_interval_s"] = outcome.running_interval_s
     if outcome.lag_samples_ms:
         lag = outcome.lag_samples_ms
         m["client_loop_lag_p50_ms"] = percentile(lag, 50)

@@ -82,3 +82,5 @@ class PointOutcome:
     #: The server's running-requests gauge, sampled during the point (its
     #: batch size, which is what the engines' speculation schedules switch on).
     running_samples: tuple[float, ...] = ()
+    #: Seconds between those samples (None: not sampled).
+    running_interval_s: float | None = None

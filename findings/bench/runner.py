@@ -252,7 +252,7 @@ def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workl
         params["vocab_source"] = target.vocab[1]
     provenance: dict[str, Scalar] = {
         "url": target.url, "repeat": repeat, "started_at": started_wall, "ended_at": _now_iso(),
-        "flush_cache": sweep.flush_cache, "tool_version": __version__,
+        "flush_cache": sweep.flush_cache, "running_sample_s": sweep.running_sample_s, "tool_version": __version__,
     }
     if target.server is not None:
         provenance["server_log"] = str(target.server.log)
@@ -327,7 +327,7 @@ class _Driver:
         self.progress = Progress(opts.progress)
 
     async def scrape(self) -> dict[str, float] | None:
-        return parse_prometheus(await asyncio.to_thread(self.target.control.metrics_text))
+        return parse_prometheus(await self.transport.get_text("/metrics"))
 
     async def sample(self) -> float | None:
         return running_gauge(await self.scrape())
@@ -349,7 +349,9 @@ class _Driver:
         label = f"{target.spec.name} {w.name} C={c} rep {repeat}/{of}"
         started_wall = _now_iso()
         self.progress.start(label, planned_requests(prompts))
-        outcome = await run_point(self.transport, plan, self.progress.tick, self.scrape, self.sample)
+        every = sweep.running_sample_s
+        outcome = await run_point(self.transport, plan, self.progress.tick, self.scrape,
+                                  self.sample if every > 0 else None, every)
         self.progress.end(_point_line(label, outcome))
         run = _point_run(self.opts, target, campaign, w, sweep, c, repeat, outcome, started_wall, self.environment,
                          conversations=len(prompts))

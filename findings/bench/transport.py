@@ -8,6 +8,11 @@
   raised above the concurrency; selectable with ``--transport httpx``.
 - ``Control``: httpx for the control plane (/server_info, /model_info,
   /health, /metrics, /flush_cache), synchronous: it is never on a hot path.
+
+A point's own /metrics reads (the counters before and after, the running
+gauge during it) go through the streaming transport's ``get_text``, on the
+event loop: a synchronous client in a worker thread contends for the GIL
+with the loop that reads the streams (docs/decisions.md D84).
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ TRANSPORTS = ("aiohttp", "httpx")
 #: A cheap GET that every SGLang, vLLM and llama.cpp server answers (unlike
 #: SGLang's /health, which runs a one-token generate).
 PREWARM_PATH = "/v1/models"
+#: A /metrics read during a point: as long as Control's.
+CONTROL_TIMEOUT_S = 10.0
+CONTROL_TIMEOUT = aiohttp.ClientTimeout(total=CONTROL_TIMEOUT_S)
 
 
 class StreamTransport(Protocol):
@@ -42,6 +50,10 @@ class StreamTransport(Protocol):
     async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
         """Send one streaming request; fill ``rec`` through ``parser``. Never raises
         for server or network faults: they become ``rec.error``/``error_type``."""
+        ...
+
+    async def get_text(self, path: str) -> str | None:
+        """GET ``path``'s body; None on any error or a status other than 200."""
         ...
 
 
@@ -148,6 +160,15 @@ class AiohttpTransport:
                 pass
 
         await asyncio.gather(*(one() for _ in range(connections)))
+
+    async def get_text(self, path: str) -> str | None:
+        assert self.session is not None
+        session = self._fresh() if self.no_reuse else self.session
+        try:
+            async with session.get(self.base_url + path, timeout=CONTROL_TIMEOUT) as resp:
+                return await resp.text() if resp.status == 200 else None
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return None
 
     async def _post(self, url: str, body: bytes, rec: RequestRecord) -> aiohttp.ClientResponse:
         """POST, and once more on a fresh connection when a kept-alive one
@@ -262,6 +283,14 @@ class HttpxTransport:
                 pass
 
         await asyncio.gather(*(one() for _ in range(connections)))
+
+    async def get_text(self, path: str) -> str | None:
+        assert self.client is not None
+        try:
+            r = await self.client.get(path, timeout=CONTROL_TIMEOUT_S)
+        except httpx.HTTPError:
+            return None
+        return r.text if r.status_code == 200 else None
 
     async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
         assert self.client is not None

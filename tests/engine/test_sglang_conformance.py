@@ -369,12 +369,11 @@ def test_sglang_bench_serving_beside_findings_bench(sglang_py: str, tmp_path: Pa
         for c, ours, theirs, a, b, os_, ts in rows:
             fh.write(f"| {c} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.4f} | {a} | {b} | {os_} | {ts} |\n")
     for c, ours, theirs, a, b, _, _ in rows:
-        # Measured 2026-12-01: ours 108.4 against 138.7 tok/s at C=1 (both our runs 108), 460.3
-        # against 539.0 at C=8. Ours agrees with SGLang's own counters over its window to 0.3%, so
-        # the gap is in what the server did, not in our arithmetic: the suspect is the runner's
-        # /metrics scrape every 0.2 s (the running-batch gauge), which on a CPU-bound server on
-        # 2 cores takes time from it; bench_serving does not scrape (docs/decisions.md D83).
-        # Asserted: the same order of magnitude, within 25%; the gap is recorded in the summary.
-        assert abs(ours / theirs - 1) <= 0.25, (c, ours, theirs)
+        # Before D84 ours was 22% below theirs at C=1: the running-batch gauge was read every
+        # 0.2 s by a synchronous client in a worker thread. With the read on the event loop every
+        # 1 s, the means of four alternating rounds were 160.0 against 157.7 tok/s at C=1 and
+        # 567.2 against 560.2 at C=8 (docs/decisions.md D83, D84). One run of either client still
+        # moves by up to a fifth between rounds on this shared 2-core machine, hence the bound.
+        assert abs(ours / theirs - 1) <= 0.20, (c, ours, theirs)
         if a is not None and b is not None:
             assert a == pytest.approx(b, rel=0.05), (c, a, b)

@@ -57,7 +57,8 @@ test: $(STAMP)
 # per-batch-size schedule), and findings' prompt-file loaders against vLLM's
 # own `vllm bench serve` loaders (ShareGPT, custom JSONL, Spec-Bench, SPEED-Bench),
 # and real SGLang 0.5.23 on the CPU (NGRAM, EAGLE3; native and OpenAI APIs;
-# sglang.bench_serving beside ours; the emulator compared field by field).
+# sglang.bench_serving beside ours; the emulator compared field by field), and
+# findings/load's arrival schedules against vLLM's own get_request.
 # Not part of `make test`: the first builds take minutes (tools/get_llama_server.sh,
 # tools/get_vllm_cpu.sh and tools/get_sglang_cpu.sh cache them; the SGLang one
 # needs SGLANG_SRC=DIR once, and its tests are skipped, saying so, without it).

@@ -304,10 +304,12 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
 @click.option("--model-path", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="A model folder: its config.json's vocab_size is the vocabulary, and /model_info names "
                    "the folder (as SGLang does) instead of reporting the size.")
+@click.option("--prefix-page-size", type=click.IntRange(min=1), default=16, show_default=True, metavar="N",
+              help="Tokens per page of the prefix cache: prompts share cached tokens in whole pages.")
 def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_truth: bool,
             ground_truth_log: str | None, startup_delay: float, max_running: int | None, error_rate: float, drop_rate: float,
             stall_rate: float, stall_s: float, die_after: int | None, fail_share: float, fail_how: str,
-            fail_skip: int, vocab_size: int, model_path: str | None) -> None:
+            fail_skip: int, vocab_size: int, model_path: str | None, prefix_page_size: int) -> None:
     """Serve SGLang's API from a calibrated emulator. Everything it produces is simulated."""
     from findings.emulator import model as emodel
     from findings.emulator import server as eserver
@@ -327,7 +329,8 @@ def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_
                                                 ground_truth=ground_truth, ground_truth_log=ground_truth_log,
                                                 startup_delay_s=startup_delay,
                                                 max_running_requests=max_running, faults=faults,
-                                                vocab_size=vocab_size, model_path=model_path))
+                                                vocab_size=vocab_size, model_path=model_path,
+                                                prefix_page_size=prefix_page_size))
 
 
 @main.command()

@@ -32,6 +32,7 @@ def parse_args(argv: list[str] | None = None) -> EmulatorOptions:
     p.add_argument("--fail-share", type=float, default=0.0, help="exactly this share of requests fails")
     p.add_argument("--fail-how", default="http:500", help="kinds, in turn: http:<status>, drop, error-event")
     p.add_argument("--fail-skip", type=int, default=0, metavar="N", help="the first N requests never fail")
+    p.add_argument("--prefix-page-size", type=int, default=16, metavar="N", help="tokens per prefix-cache page")
     a = p.parse_args(argv)
     if a.speed <= 0:
         p.error("--speed must be > 0")
@@ -44,10 +45,12 @@ def parse_args(argv: list[str] | None = None) -> EmulatorOptions:
         p.error(f"--fail-how: {exc}")
     if a.fail_skip < 0:
         p.error("--fail-skip must be >= 0")
+    if a.prefix_page_size < 1:
+        p.error("--prefix-page-size must be >= 1")
     return EmulatorOptions(
         host=a.host, port=a.port, profile=a.profile, seed=a.seed, speed=a.speed, ground_truth=a.ground_truth,
         ground_truth_log=a.ground_truth_log,
-        startup_delay_s=a.startup_delay, max_running_requests=a.max_running,
+        startup_delay_s=a.startup_delay, max_running_requests=a.max_running, prefix_page_size=a.prefix_page_size,
         faults=Faults(error_rate=a.error_rate, drop_rate=a.drop_rate, stall_rate=a.stall_rate,
                       stall_s=a.stall_s, die_after=a.die_after, fail_share=a.fail_share, fail_how=how,
                       fail_skip=a.fail_skip),

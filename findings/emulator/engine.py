@@ -17,6 +17,14 @@ whitespace-separated word (at least 1); output tokens are pseudo-words drawn
 from :data:`VOCAB` by a generator seeded per request, joined by spaces.
 The emulator never emits an end-of-sequence token, so an output runs to
 ``max_new_tokens`` unless a stop string or stop token id matches.
+
+The prefix cache works like SGLang's radix cache with pages: a prompt's tokens
+(its ``input_ids``, or a text's words) are cut into pages of ``page_size``
+tokens, and page k's key chains page k-1's key with the page's tokens
+(:func:`page_keys`), so a key stands for the whole prefix up to its page. A
+request's cached tokens are those of its longest run of leading pages found in
+the cache, capped at ``prompt_tokens - 1`` (the last token is always computed).
+See :class:`Engine` for the partial last page, insertion and eviction.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import hashlib
 import random
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Hashable, Sequence
 
 from findings.emulator.model import Profile, draw_step_tokens
 
@@ -35,6 +43,8 @@ __all__ = [
     "Seq",
     "Step",
     "count_prompt_tokens",
+    "page_keys",
+    "prompt_tokens_of",
     "seed_for",
     "simulate_closed_loop",
     "token_id",
@@ -75,6 +85,31 @@ def count_prompt_tokens(prompt: str | list[int]) -> int:
     return len(prompt)
 
 
+def prompt_tokens_of(prompt: str | list[int]) -> Sequence[Hashable]:
+    """The tokens the prefix cache sees: the ``input_ids``, or a text's words (as
+    :func:`count_prompt_tokens` counts them; an empty text has none to cache)."""
+    return prompt.split() if isinstance(prompt, str) else prompt
+
+
+#: Default prefix-cache page size in tokens (``--prefix-page-size``).
+PAGE_SIZE = 16
+
+
+def page_keys(tokens: Sequence[Hashable], page_size: int = PAGE_SIZE) -> tuple[int, ...]:
+    """Chained keys of the prompt's pages: key k = hash((key k-1, tokens of page k)).
+
+    Every page is full but perhaps the last, whose key covers its fewer tokens.
+    O(len(tokens)) with Python's built-in tuple hash: cheap, and salted per
+    process (the cache lives in one process, so it need not be stable).
+    """
+    keys: list[int] = []
+    key = 0
+    for start in range(0, len(tokens), page_size):
+        key = hash((key, tuple(tokens[start:start + page_size])))
+        keys.append(key)
+    return tuple(keys)
+
+
 @dataclass(eq=False)
 class Seq:
     """One request inside the engine. Mutated only by :class:`Engine`."""
@@ -97,7 +132,8 @@ class Seq:
     histogram: list[int] = field(default_factory=list)
     paused: bool = False  # the engine gives a paused request no decode tokens
     aborted: bool = False
-    prompt_key: str = ""
+    #: The prompt's chained page keys (:func:`page_keys`); () = nothing to cache.
+    page_keys: tuple[int, ...] = ()
     #: This request's draft acceptance (model.accept_p of its prompt); None: the profile's.
     accept_p: float | None = None
     #: sha1 of each chat message's content, for the ground-truth log (multi-turn tests).
@@ -171,15 +207,42 @@ class StepResult:
 
 
 class Engine:
-    """Waiting queue + running set capped at ``max_running``; see the module doc."""
+    """Waiting queue + running set capped at ``max_running``; see the module doc.
 
-    def __init__(self, profile: Profile, max_running: int | None = None, prefix_cache_size: int = 4096) -> None:
+    The prefix cache is an LRU of page keys (``Seq.page_keys``, made by
+    :func:`page_keys`) holding at most ``prefix_cache_size`` pages; None (the
+    default) sizes it to the profile's KV pool (``kv_capacity_tokens //
+    page_size`` pages: 62,500 pages, a million tokens, at the default page of
+    16), as SGLang's radix cache may fill its KV pool; 0 turns it off. A
+    request's pages go in when its prefill step is applied; a hit touches the
+    pages it matched. Pages are inserted and touched last page first, so a
+    prefix's first pages are the most recent and eviction takes the deepest
+    pages first (SGLang evicts leaves first). Pages of running requests are not
+    pinned.
+
+    The partial last page: a prompt whose length is not a multiple of
+    ``page_size`` keeps its last, partial page under its own chained key too,
+    and only the same whole prompt matches that key. So a repeated prompt is
+    cached but for its last token whatever its length (as SGLang's default
+    page size of 1 caches it), while prompts that only share a prefix share
+    whole pages only, the partial page counting for nothing (like SGLang with
+    ``page_size`` > 1).
+    """
+
+    def __init__(self, profile: Profile, max_running: int | None = None, prefix_cache_size: int | None = None,
+                 page_size: int = PAGE_SIZE) -> None:
+        if page_size < 1:
+            raise ValueError("the prefix cache page size must be >= 1")
+        if prefix_cache_size is not None and prefix_cache_size < 0:
+            raise ValueError("the prefix cache size must be >= 0 pages")
         self.profile = profile
         self.max_running = max_running or profile.max_running_requests
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
-        self._cache: OrderedDict[str, None] = OrderedDict()
-        self._cache_size = prefix_cache_size
+        self.page_size = page_size
+        self._cache: OrderedDict[int, None] = OrderedDict()
+        self._cache_size = (max(1, profile.kv_capacity_tokens // page_size) if prefix_cache_size is None
+                            else prefix_cache_size)
 
     # -- admission ----------------------------------------------------------
     def add(self, seq: Seq) -> None:
@@ -204,6 +267,41 @@ class Engine:
 
     def flush_cache(self) -> None:
         self._cache.clear()
+
+    @property
+    def cached_pages(self) -> int:
+        """Pages in the prefix cache now."""
+        return len(self._cache)
+
+    def page_keys(self, prompt: str | list[int]) -> tuple[int, ...]:
+        """A prompt's chained page keys at this engine's page size."""
+        return page_keys(prompt_tokens_of(prompt), self.page_size)
+
+    def match(self, keys: Sequence[int], prompt_tokens: int) -> int:
+        """Cached tokens of a prompt with these page keys: its longest run of leading
+        pages in the cache (touched), capped at ``prompt_tokens - 1``."""
+        cache = self._cache
+        n = 0
+        for key in keys:
+            if key not in cache:
+                break
+            n += 1
+        for key in reversed(keys[:n]):
+            cache.move_to_end(key)
+        return max(0, min(n * self.page_size, prompt_tokens - 1))
+
+    def insert(self, keys: Sequence[int]) -> None:
+        """Put a prompt's pages in the cache (last page first), evicting the least recent."""
+        if not self._cache_size:
+            return
+        cache = self._cache
+        for key in reversed(keys):
+            if key in cache:
+                cache.move_to_end(key)
+            else:
+                cache[key] = None
+        while len(cache) > self._cache_size:
+            cache.popitem(last=False)
 
     def kv_tokens(self) -> int:
         return sum(s.prompt_tokens + s.completion_tokens for s in self.running)
@@ -233,11 +331,8 @@ class Engine:
         return Step("decode", batch, self.profile.decode_step_ms(len(batch)))
 
     def _cached(self, seq: Seq) -> int:
-        """A repeated prompt (same text or ids since the last flush) is cached but for its last token."""
-        if seq.prompt_key and seq.prompt_key in self._cache:
-            self._cache.move_to_end(seq.prompt_key)
-            return max(0, seq.prompt_tokens - 1)
-        return 0
+        """The request's cached prompt tokens now (see the class doc)."""
+        return self.match(seq.page_keys, seq.prompt_tokens) if seq.page_keys else 0
 
     def apply(self, step: Step) -> StepResult:
         """Hand out the tokens of a step that has run; retire finished requests."""
@@ -247,10 +342,8 @@ class Engine:
             if seq.aborted or seq.finished:
                 continue
             if step.kind == "prefill":
-                if seq.prompt_key:
-                    self._cache[seq.prompt_key] = None
-                    while len(self._cache) > self._cache_size:
-                        self._cache.popitem(last=False)
+                if seq.page_keys:
+                    self.insert(seq.page_keys)
                 if seq.max_new_tokens <= 0:
                     seq.finish_reason = {"type": "length", "length": 0}
                 else:
@@ -311,7 +404,7 @@ def simulate_closed_loop(
     def submit() -> None:
         nonlocal sent
         engine.add(Seq(sid=sent, rid=f"sim-{sent}", prompt_tokens=input_len, max_new_tokens=output_len,
-                       seed=seed_for(seed, sent), prompt_key=f"sim-{seed}-{sent}"))
+                       seed=seed_for(seed, sent)))  # distinct prompts: no page keys, nothing cached
         sent += 1
 
     while sent < min(concurrency, num_prompts):

@@ -287,6 +287,8 @@ async def _firehose_stream(request: web.Request, emu: Emulator, spec: SeqSpec) -
     turns. The bodies are SGLang's cumulative events, prebuilt per output
     length; each text starts with a marker unique to the request (``r<n>``),
     so that a client's generated text can be matched to the ground-truth log.
+    The prompt still goes through the prefix cache (``Emulator.prefill_alone``),
+    so ``cached_tokens`` and the cache metrics are those of the engine path.
     """
     arrival = _received(request)
     n = spec.max_new_tokens
@@ -296,9 +298,10 @@ async def _firehose_stream(request: web.Request, emu: Emulator, spec: SeqSpec) -
     prompt_tokens = count_prompt_tokens(spec.prompt)
     emu.num_requests += 1
     emu.prompt_tokens += prompt_tokens
+    cached = emu.prefill_alone(spec.prompt, prompt_tokens)
     head = b'data: {"text":"' + marker.encode()
     meta_head = b',"meta_info":{"id":' + json.dumps(rid).encode() + b',"finish_reason":'
-    tail_fmt = ',"prompt_tokens":%d,"completion_tokens":%%d,"cached_tokens":0' % prompt_tokens
+    tail_fmt = ',"prompt_tokens":%d,"completion_tokens":%%d,"cached_tokens":%d' % (prompt_tokens, cached)
     gt = emu.options.ground_truth
     events: list[float] = []
     parts = _firehose_parts(n)
@@ -328,6 +331,7 @@ async def _firehose_stream(request: web.Request, emu: Emulator, spec: SeqSpec) -
     except _WRITE_ERRORS:
         return resp
     emu.e2e.observe(time.time() - arrival)
+    emu.cached_tokens += cached
     if emu.gt_log is not None:
         words = " ".join(VOCAB[i % len(VOCAB)] for i in range(n))
         emu.log_truth(rid, arrival, events, f"{marker} {words}" if n else marker)

@@ -21,7 +21,7 @@ from typing import Any
 
 from findings.diskio import cause
 from findings.emulator import faults
-from findings.emulator.engine import Engine, Seq, Step, StepResult, count_prompt_tokens, seed_for
+from findings.emulator.engine import PAGE_SIZE, Engine, Seq, Step, StepResult, count_prompt_tokens, seed_for
 from findings.emulator.faults import Fate, Faults
 from findings.emulator.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
 from findings.emulator.model import PROFILES, Profile, accept_p, mean_accept_length
@@ -57,6 +57,9 @@ class EmulatorOptions:
     #: A model folder (its config.json's vocab_size is the vocabulary);
     #: /model_info names it as model_path, as SGLang names the model it serves.
     model_path: str | None = None
+    #: Tokens per page of the prefix cache (``--prefix-page-size``): prompts share
+    #: cached tokens in whole pages (engine.Engine says how).
+    prefix_page_size: int = PAGE_SIZE
 
 
 @dataclass
@@ -100,12 +103,14 @@ class Emulator:
             raise ValueError(f"unknown profile {options.profile!r}; choose from {', '.join(PROFILES)}")
         if options.speed <= 0:
             raise ValueError("speed must be > 0")
+        if options.prefix_page_size < 1:
+            raise ValueError("prefix_page_size must be >= 1")
         faults.validate(options.faults)
         self.options = options
         self.profile: Profile = PROFILES[options.profile]
         self.model_name = f"findings-emulator/{self.profile.name}"
         self.vocab_size = options.vocab_size if options.model_path is None else model_vocab(options.model_path)
-        self.engine = Engine(self.profile, options.max_running_requests)
+        self.engine = Engine(self.profile, options.max_running_requests, page_size=options.prefix_page_size)
         self.started = time.monotonic()
         self.started_wall = time.time()
         self.wake = asyncio.Event()
@@ -120,6 +125,13 @@ class Emulator:
         self.num_requests = 0
         self.verify_calls = 0
         self.errors = 0
+        #: sglang:cached_tokens_total: cached prompt tokens of the finished requests.
+        self.cached_tokens = 0
+        #: sglang:cache_hit_rate: as SGLang 0.5.23 sets it on each prefill batch
+        #: (MetricsReporter.report_prefill_stats), the last prefill step's cached
+        #: prompt tokens / its prompt tokens (cached + computed); steps with only
+        #: internal requests leave it as it is; a flush does not reset it (nor does SGLang's).
+        self.cache_hit_rate = 0.0
         # Lifetime speculative average since the last /flush_cache (decode tokens / verify calls).
         self.life_spec_tokens = 0
         self.life_verify = 0
@@ -199,12 +211,15 @@ class Emulator:
             self.next_sid += 1
             rid = spec.rid or uuid.uuid4().hex
             prompt_tokens = count_prompt_tokens(spec.prompt)
-            key = spec.prompt if isinstance(spec.prompt, str) else ",".join(map(str, spec.prompt))
+            if spec.rid:
+                seed = seed_for(self.options.seed, spec.rid)
+            else:
+                key = spec.prompt if isinstance(spec.prompt, str) else ",".join(map(str, spec.prompt))
+                seed = seed_for(self.options.seed, key)
             seq = Seq(
                 sid=sid, rid=rid, prompt_tokens=prompt_tokens, max_new_tokens=spec.max_new_tokens,
                 min_new_tokens=spec.min_new_tokens, stop=spec.stop, stop_token_ids=spec.stop_token_ids,
-                seed=seed_for(self.options.seed, spec.rid if spec.rid else key),
-                internal=internal, prompt_key=key,
+                seed=seed, internal=internal, page_keys=self.engine.page_keys(spec.prompt),
                 accept_p=accept_p(self.profile, spec.prompt) if self.profile.speculative else None,
                 messages_sha1=tuple(hashlib.sha1(m.encode()).hexdigest() for m in spec.messages),
             )
@@ -219,6 +234,17 @@ class Emulator:
             self.engine.add(seq)
         self.wake.set()
         return group
+
+    def prefill_alone(self, prompt: str | list[int], prompt_tokens: int) -> int:
+        """The firehose fast path's prefill, which runs no engine step: look the
+        prompt up in the prefix cache and put its pages in, as a prefill step of
+        its own would; it sets the hit-rate gauge. Returns its cached tokens (the
+        caller counts them in cached_tokens_total when the request finishes)."""
+        keys = self.engine.page_keys(prompt)
+        cached = self.engine.match(keys, prompt_tokens)
+        self.engine.insert(keys)
+        self.cache_hit_rate = cached / prompt_tokens if prompt_tokens else 0.0
+        return cached
 
     def release(self, group: Group) -> None:
         """Forget a request's sequences; abort the unfinished ones."""
@@ -266,6 +292,11 @@ class Emulator:
                 self.life_verify += result.verify_calls
                 self.life_spec_tokens += result.tokens
         self.samples.append((now, self.generation_tokens, self.decode_tokens, self.verify_calls))
+        if step.kind == "prefill":
+            counted = [s for s in step.seqs if not s.internal and not s.aborted]
+            total = sum(s.prompt_tokens for s in counted)
+            if total:
+                self.cache_hit_rate = sum(s.cached_tokens for s in counted) / total
         woken: set[int] = set()
         for seq in result.updated:
             track = self.tracks.get(seq)
@@ -282,6 +313,7 @@ class Emulator:
                 if seq.finished:
                     track.finished = now
                     self.e2e.observe(now - track.arrival)
+                    self.cached_tokens += seq.cached_tokens  # SGLang counts it as a request finishes
             elif track is not None and seq.finished:
                 track.finished = now
             if self.profile.firehose and not seq.finished:
@@ -378,16 +410,21 @@ class Emulator:
         rate, accept = self.window()
         lines: list[str] = []
 
-        def metric(name: str, kind: str, value: float, help_: str) -> None:
-            lines.extend([f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {float(value)}"])
+        def metric(name: str, kind: str, value: float, help_: str, extra: str = "") -> None:
+            lines.extend([f"# HELP {name} {help_}", f"# TYPE {name} {kind}",
+                          f"{name}{{{labels}{extra}}} {float(value)}"])
 
         metric("sglang:generation_tokens_total", "counter", self.generation_tokens, "Number of generation tokens processed.")
         metric("sglang:prompt_tokens_total", "counter", self.prompt_tokens, "Number of prefill tokens processed.")
         metric("sglang:num_requests_total", "counter", self.num_requests, "Number of requests received.")
+        # SGLang 0.5.23 labels it by where the tokens were found; the emulator's cache is all "device".
+        metric("sglang:cached_tokens_total", "counter", self.cached_tokens,
+               "Number of cached prompt tokens by source (device/host/storage).", ',cache_source="device"')
         metric("sglang:spec_verify_calls_total", "counter", self.verify_calls, "Number of speculative verify calls.")
         metric("sglang:num_running_reqs", "gauge", sum(not s.internal for s in self.engine.running), "The number of running requests.")
         metric("sglang:num_queue_reqs", "gauge", sum(not s.internal for s in self.engine.waiting), "The number of requests in the waiting queue.")
         metric("sglang:gen_throughput", "gauge", rate, "The generation throughput (token/s).")
+        metric("sglang:cache_hit_rate", "gauge", self.cache_hit_rate, "The prefix cache hit rate.")
         metric("sglang:spec_accept_length", "gauge", accept or 0.0, "The average acceptance length of speculative decoding.")
         metric("sglang:token_usage", "gauge", min(1.0, self.engine.kv_tokens() / self.profile.kv_capacity_tokens), "The token usage.")
         lines += self.ttft.lines("sglang:time_to_first_token_seconds", labels)

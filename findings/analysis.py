@@ -186,7 +186,9 @@ def cells(data: Dataset, rules: Rules | None = None,
     groups: dict[tuple[str, str, int, str, int], list[Point]] = {}
     suffix = {False: "", True: SIMULATED_SUFFIX}
     for p in data.points:
-        if p.id in skip or THROUGHPUT not in p.metrics:
+        # Open-loop points (workload_params "load") are judged on a rate axis
+        # (findings/load/verdicts.py): under an open loop throughput is the offered load.
+        if p.id in skip or THROUGHPUT not in p.metrics or "load" in p.workload_params:
             continue
         key = (p.workload + suffix[p.source == "simulated"], p.campaign, rank[p.campaign], p.config, p.concurrency)
         group = groups.get(key)

@@ -212,6 +212,29 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
 @click.option("--no-flush-cache", is_flag=True, help="Attach mode: do not POST /flush_cache before each point.")
 @click.option("--running-sample", "running_sample_s", type=click.FloatRange(min=0), default=1.0, show_default=True,
               metavar="S", help="Attach mode: read the server's running-batch gauge every S seconds (0: never).")
+@click.option("--request-rate", default=None, metavar="R[,R...]",
+              help="Attach mode: an open loop at each of these rates (requests/s) instead of --concurrency.")
+@click.option("--burstiness", default=None, metavar="B",
+              help="Attach mode, open loop: vLLM's gamma shape (1: Poisson, <1 burstier, inf: constant spacing).")
+@click.option("--max-concurrency", type=click.IntRange(min=1), default=None,
+              help="Attach mode, open loop: cap on requests in flight (a send waits for a free slot).")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Attach mode, --request-rate: at least rate x S requests per point (and --num-prompts).")
+@click.option("--load-profile", default=None, metavar="S:R,S:R,...",
+              help="Attach mode: an open loop over phases of S seconds at R requests/s (a day of load).")
+@click.option("--trace", default=None, metavar="FILE",
+              help="Attach mode: replay a Mooncake-format JSONL trace (timestamp ms, input_length, output_length, "
+                   "hash_ids).")
+@click.option("--time-scale", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Attach mode, --trace: multiply every gap by this (0.5: twice the rate).")
+@click.option("--block-size", type=click.IntRange(min=1), default=None,
+              help="Attach mode, --trace: prompt tokens per hash id (Mooncake: 512).")
+@click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Attach mode, open loop: a request meets the SLO only with TTFT at or under this.")
+@click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Attach mode, open loop: ... and TPOT at or under this.")
+@click.option("--slo-attainment", type=click.FloatRange(min=0, max=1, min_open=True), default=None,
+              help="Attach mode, open loop: share of requests meeting the SLO for a rate to be sustained (0.9).")
 @click.option("--date", default=None, metavar="YYYY-MM-DD", help="Campaign date (default: today, UTC).")
 @click.option("--campaign-suffix", default="", help="Appended to every campaign name (e.g. a timestamp).")
 @click.option("--log-dir", default=None, metavar="DIR", help="Server logs (launch mode). Default: build/logs.")
@@ -230,13 +253,16 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
           workload: str | None, concurrency: tuple[int, ...], num_prompts: int, input_len: int,
           output_len: int, prompts: str | None, dataset: str | None, split_by: str | None, max_turns: int | None,
           vocab_size: int | None, ignore_eos: bool | None, api: str, transport: str, repeats: int, warmup: int,
-          seed: int, read_timeout: float, no_flush_cache: bool, running_sample_s: float, date: str | None,
+          seed: int, read_timeout: float, no_flush_cache: bool, running_sample_s: float,
+          request_rate: str | None, burstiness: str | None, max_concurrency: int | None, duration_s: float | None,
+          load_profile: str | None, trace: str | None, time_scale: float | None, block_size: int | None,
+          slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_attainment: float | None, date: str | None,
           campaign_suffix: str,
           log_dir: str | None, api_key: str | None, no_progress: bool, until_decided: bool, max_repeats: int,
           max_minutes: float | None) -> None:
     """Run a benchmark matrix (MATRIX.toml), or attach to a server with --url."""
     from findings.bench import runner
-    from findings.bench.matrix import Sweep, attach_workload
+    from findings.bench.matrix import Sweep, attach_load, attach_workload
 
     s = _run(obj.settings)
     if until_decided and matrix is None:
@@ -254,9 +280,13 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
         if missing:
             raise click.UsageError(f"attach mode needs {', '.join(missing)} (or give a MATRIX file)")
         assert url and config and campaign and workload
+        load = _run(attach_load, request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
+                    duration_s=duration_s, load_profile=load_profile, trace=trace, time_scale=time_scale,
+                    block_size=block_size, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms,
+                    slo_attainment=slo_attainment)
         w = _run(attach_workload, workload, api=api, prompts=prompts, dataset=dataset, input_len=input_len,
                  output_len=output_len, num_prompts=num_prompts, seed=seed, ignore_eos=ignore_eos,
-                 split_by=split_by, max_turns=max_turns, vocab_size=vocab_size)
+                 split_by=split_by, max_turns=max_turns, vocab_size=vocab_size, load=load)
         sweep = Sweep(api=api, transport=transport, concurrency=concurrency, repeats=repeats, warmup=warmup,
                       read_timeout_s=read_timeout, flush_cache=not no_flush_cache, running_sample_s=running_sample_s)
         report = _run(runner.bench_attach, url, config, campaign, w, sweep, opts)

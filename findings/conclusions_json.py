@@ -6,12 +6,13 @@ be added, none are removed or renamed without a version bump of "shape".
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from findings import regressions
 from findings.analysis import Best, Comparison, Conclusions
 from findings.datasets.categories import Difference
 from findings.history import Entry
+from findings.load.verdicts import JUDGED, OpenLoopConclusion
 
 SHAPE_VERSION = 1
 
@@ -65,16 +66,20 @@ def to_json(conclusions: Conclusions, history: list[Entry],
             steps: list[regressions.Move] | None = None,
             drift: list[regressions.Move] | None = None,
             baseline_moved: dict[str, dict[str, regressions.BaselineMoved]] | None = None,
-            by_category: list[Difference] | None = None) -> dict[str, Any]:
+            by_category: list[Difference] | None = None,
+            open_loop: Sequence[OpenLoopConclusion] = ()) -> dict[str, Any]:
     """``caveats``: why a comparison's verdict is not a deployment fact
     (findings/caveats.py); ``failures_unknown``: ids of the points whose
     source does not record how many requests failed; ``steps``: the
     regressions and improvements; ``baseline_moved``: workload -> candidate
     -> the sentence saying its verdicts flipped because the baseline moved;
-    ``by_category``: where a candidate's verdicts differ by prompt category."""
+    ``by_category``: where a candidate's verdicts differ by prompt category;
+    ``open_loop``: the open-loop workloads' conclusions (load.verdicts), whose
+    verdicts are keyed by request rate (``load_axis``)."""
     workloads: dict[str, Any] = {}
     for wc in conclusions.workloads:
         workloads[wc.workload] = {
+            "load_axis": "concurrency",
             "latency": _best(wc.latency, with_c=True),
             "throughput": _best(wc.throughput, with_c=False),
             "candidates": {
@@ -96,6 +101,8 @@ def to_json(conclusions: Conclusions, history: list[Entry],
             },
             "simulated": wc.simulated,
         }
+    for oc in open_loop:
+        workloads[oc.workload] = _open_loop(oc)
     return {
         "shape": SHAPE_VERSION,
         "baseline": conclusions.rules.baseline,
@@ -121,6 +128,48 @@ def to_json(conclusions: Conclusions, history: list[Entry],
             }
             for e in history
         ],
+    }
+
+
+def _open_loop(oc: OpenLoopConclusion) -> dict[str, Any]:
+    """An open-loop workload: verdicts keyed by rate (its ``g`` form, "0.5"),
+    each with the judged metrics' improvement ratios (> 1 better), bands and
+    verdicts; the policy's threshold as a rate and the running batch
+    measured there; each config's max sustainable rate under the SLO."""
+    def key(r: float) -> str:
+        return f"{r:g}"
+
+    return {
+        "load_axis": "request_rate",
+        "mode": oc.mode,
+        "simulated": oc.simulated,
+        "slo": dict(oc.slo),
+        "rates": [key(r) for r in oc.rates],
+        "candidates": {
+            c.config: {
+                "policy": c.policy,
+                "threshold": c.threshold_rate,
+                "threshold_running_batch": _r(c.threshold_batch) if c.threshold_batch is not None else None,
+                "verdicts": {key(v.rate): v.verdict for v in c.verdicts},
+                "decided_by": {key(v.rate): v.decided_by for v in c.verdicts},
+                "metrics": {key(v.rate): {m: {"ratio": _r(x.ratio), "band": _r(x.band), "verdict": x.verdict,
+                                              "paired": x.paired, "campaign": x.a.campaign,
+                                              "interval": [_r(x.ci[0]), _r(x.ci[1])] if x.ci else None}
+                                          for m, x in v.by_metric.items()} for v in c.verdicts},
+            }
+            for c in oc.candidates
+        },
+        "sustained": {s.config: {"rate": s.rate, "failed_at": s.failed_at,
+                                 "attainment": {key(r): _r(a) for r, a in s.attainment.items()}}
+                      for s in oc.sustained},
+        "replay": {
+            "configs": {r.config: {"campaign": r.campaign, "repeats": len(r.points),
+                                   "metrics": {m: _r(r.metrics[m]) for m in JUDGED if m in r.metrics}}
+                        for r in oc.replays},
+            "comparisons": [{"config": c.config, "against": c.against, "metric": c.metric, "ratio": _r(c.ratio),
+                             "band": _r(c.band), "verdict": c.verdict} for c in oc.replay_comparisons],
+            "best": oc.replay_best,
+        } if oc.replays else None,
     }
 
 

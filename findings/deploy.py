@@ -35,12 +35,14 @@ switch on their running batch, which the runner's gauge samples
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from findings.analysis import Candidate, Conclusions
+from findings.load.verdicts import OpenLoopConclusion, RateCandidate
 from findings.model import Dataset, Point, Scalar
 
 ENGINES = ("sglang", "vllm")
@@ -93,6 +95,9 @@ class Deployment:
     engines: tuple[EngineOutcome, ...]
     #: For both engines: what the threshold measures, the gap before it.
     notes: tuple[str, ...] = ()
+    #: An open-loop policy: the request rate of the crossover (``threshold``
+    #: is then the running batch measured there), else None.
+    threshold_rate: float | None = None
 
     def engine(self, name: str) -> EngineOutcome | None:
         return next((e for e in self.engines if e.engine == name), None)
@@ -474,8 +479,10 @@ def _gap_note(cand: Candidate) -> str | None:
 
 def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None, config: str | None = None,
          engines: Iterable[str] = ENGINES, steps: int | None = None,
-         draft_model: str | None = None, adaptive_dir: str = "", device: str | None = None) -> list[Deployment]:
-    """One deployment per (workload, candidate), in workload then config order.
+         draft_model: str | None = None, adaptive_dir: str = "", device: str | None = None,
+         open_loop: Sequence[OpenLoopConclusion] = ()) -> list[Deployment]:
+    """One deployment per (workload, candidate), in workload then config order,
+    then those of the open-loop workloads (``open_loop``: load.verdicts.conclude).
     ``adaptive_dir``: where the SGLang files will be, as the flags name them;
     ``device``: where the engine will run, when not as recorded (``--device``)."""
     env: dict[str, Scalar] = {}
@@ -505,7 +512,49 @@ def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None
             notes = tuple(n for n in (simulated, _batch_note(cand, points), _gap_note(cand)) if n)
             out.append(Deployment(workload=wc.workload, config=cand.config, policy=cand.policy,
                                   threshold=cand.threshold, engines=tuple(outcomes), notes=notes))
+    for oc in open_loop:
+        if workload is not None and oc.workload != workload:
+            continue
+        batches = [m for cell in oc.latest.values() if (m := cell.mean("server_running_mean")) is not None]
+        largest = max(1, math.ceil(max(batches))) if batches else 1
+        for rc in oc.candidates:
+            if config is not None and rc.config != config:
+                continue
+            f = facts_of(data.configs.get(rc.config, {}), env, steps, device)
+            threshold, note = _rate_threshold(rc)
+            pol = rc.policy if threshold is not None or rc.threshold_rate is None else "inconclusive"
+            outcomes = []
+            for engine in chosen:
+                if engine == "sglang":
+                    name = file_name(oc.workload, rc.config)
+                    outcomes.append(_sglang(pol, threshold, f, largest,
+                                            f"{adaptive_dir.rstrip('/')}/{name}" if adaptive_dir else name))
+                else:
+                    outcomes.append(_vllm(pol, threshold, f, largest, draft_model))
+            simulated = ("SIMULATED: derived from the findings emulator's model, not from a measured server; "
+                         "these settings show the mechanics, not a deployment to make." if oc.simulated else None)
+            out.append(Deployment(workload=oc.workload, config=rc.config, policy=pol, threshold=threshold,
+                                  engines=tuple(outcomes), notes=tuple(n for n in (simulated, note) if n),
+                                  threshold_rate=rc.threshold_rate))
     return out
+
+
+def _rate_threshold(rc: RateCandidate) -> tuple[int | None, str | None]:
+    """An open-loop policy's threshold as the engines need it: the running
+    batch the candidate's server measured at the crossover rate (rounded,
+    at least 1), never a client concurrency."""
+    if rc.threshold_rate is None:
+        return None, None
+    rate = f"{rc.threshold_rate:g} req/s"
+    if rc.threshold_batch is None:
+        return None, (f"The crossover is at {rate}, but {rc.config}'s running-requests gauge was not recorded "
+                      "there, so the batch size the engines switch on is not known: no schedule is safe to emit "
+                      "(measure with running_sample_s > 0).")
+    batch = max(1, round(rc.threshold_batch))
+    return batch, (f"The threshold is a measured running batch: at {rate}, the "
+                   f"{'last rate before the losses' if rc.policy == 'on-below' else 'first win after the losses'}, "
+                   f"{rc.config}'s server ran {rc.threshold_batch:.2f} requests on average (its gauge), "
+                   f"so the switch is at a running batch of {batch}.")
 
 
 def to_json(deployments: list[Deployment]) -> dict[str, Any]:
@@ -513,6 +562,9 @@ def to_json(deployments: list[Deployment]) -> dict[str, Any]:
     workloads: dict[str, Any] = {}
     for d in deployments:
         entry: dict[str, Any] = {"policy": d.policy, "threshold": d.threshold, "notes": list(d.notes)}
+        if d.threshold_rate is not None:
+            entry["load_axis"] = "request_rate"
+            entry["threshold_rate"] = d.threshold_rate
         for e in d.engines:
             key = "adaptive_config" if e.engine == "sglang" else "speculative_config"
             entry[e.engine] = {"status": e.status, "reason": e.reason, "flags": list(e.flags),
@@ -535,7 +587,10 @@ def text(deployments: list[Deployment], written: bool = False) -> str:
     for d in deployments:
         if lines:
             lines.append("")
-        lines.append(f"{d.workload} / {d.config}: {d.policy}" + (f", threshold C={d.threshold}" if d.threshold else ""))
+        where = (f", threshold running batch {d.threshold} (at {d.threshold_rate:g} req/s)"
+                 if d.threshold_rate is not None and d.threshold else
+                 f", threshold C={d.threshold}" if d.threshold else "")
+        lines.append(f"{d.workload} / {d.config}: {d.policy}{where}")
         for n in d.notes:
             lines.append(f"  note: {n}")
         for e in d.engines:

@@ -16,6 +16,7 @@ from findings.conclusions_json import to_json
 from findings.datasets import categories
 from findings.errors import FindingsError
 from findings.history import replay
+from findings.load import verdicts as load_verdicts
 from findings.prose import latency, policy, throughput
 from findings.model import Dataset
 from findings.settings import Settings
@@ -136,7 +137,8 @@ def conclusions(settings: Settings) -> dict[str, Any]:
                    drift=done.drift,
                    baseline_moved=done.baseline_moved,
                    by_category=categories.differences(done.conclusions, categories.families(data.points),
-                                                      SIMULATED_SUFFIX))
+                                                      SIMULATED_SUFFIX),
+                   open_loop=load_verdicts.conclude(data, settings.rules, flags))
 
 
 def conclusions_json(settings: Settings) -> str:
@@ -191,11 +193,12 @@ def deploy(settings: Settings, *, workload: str | None = None, config: str | Non
     SGLang adaptive files are written under ``out`` (atomically)."""
     data = store.load(settings.store)
     conclusions_ = conclude(data, settings.rules)
+    open_loop = load_verdicts.conclude(data, settings.rules, flagged(data, settings.rules.gates))
     engines = deploy_lib.ENGINES if engine == "all" else (engine,)
     shown = str(out) if out is not None else ""
     plans = deploy_lib.plan(data, conclusions_, workload=workload, config=config, engines=engines, steps=steps,
-                            draft_model=draft_model, adaptive_dir=shown, device=device)
-    known = {w.workload for w in conclusions_.workloads}
+                            draft_model=draft_model, adaptive_dir=shown, device=device, open_loop=open_loop)
+    known = {w.workload for w in conclusions_.workloads} | {o.workload for o in open_loop}
     if workload is not None and workload not in known:
         raise FindingsError(f"--workload {workload!r}: no such workload (known: {', '.join(sorted(known)) or 'none'})")
     if config is not None and not plans:

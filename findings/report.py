@@ -17,6 +17,8 @@ from findings.datasets import categories
 from findings.analysis import (Cell, Comparison, Conclusions, Rules, analysis_workload, campaign_comparisons,
                                cells)
 from findings.history import Entry, replay
+from findings.load import present as load_present
+from findings.load import verdicts as load_verdicts
 from findings.model import THROUGHPUT, Dataset, Point, Scalar
 from findings.validity import counts, flagged
 
@@ -375,6 +377,11 @@ ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 LAUNCH = {"sglang": "python -m sglang.launch_server --model-path MODEL", "vllm": "vllm serve MODEL"}
 
 
+def _load_of(p: Point) -> str:
+    rate = p.workload_params.get("request_rate")
+    return f"{rate:g} req/s" if isinstance(rate, (int, float)) else str(p.workload_params.get("load"))
+
+
 def _deploy_block(d: deploy.Deployment) -> dict[str, Any]:
     """One candidate's Deploy block: per engine its status and reason, and for
     flags a launch line to paste (``findings deploy`` emits the same)."""
@@ -389,8 +396,10 @@ def _deploy_block(d: deploy.Deployment) -> dict[str, Any]:
             else None,
             "notes": list(e.notes),
         })
-    return {"config": d.config, "policy": d.policy, "threshold": d.threshold, "notes": list(d.notes),
-            "engines": engines}
+    where = (f"threshold running batch {d.threshold} (at {d.threshold_rate:g} req/s)"
+             if d.threshold_rate is not None and d.threshold else f"threshold C={d.threshold}" if d.threshold else None)
+    return {"config": d.config, "policy": d.policy, "threshold": d.threshold, "threshold_text": where,
+            "notes": list(d.notes), "engines": engines}
 
 
 def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool) -> Table:
@@ -429,11 +438,14 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
     labels = Labels(data, rules)
     points = {p.id: p for p in data.points}
     marks = Marks(data, points)
-    deployments = deploy.plan(data, conclusions)
+    open_loop = load_verdicts.conclude(data, rules, flags)
+    deployments = deploy.plan(data, conclusions, open_loop=open_loop)
     spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
             not in ("none", "", "null")}
     by_campaign: dict[str, dict[str, list[Point]]] = {}
     for p in data.points:
+        if load_verdicts.open_loop(p) is not None:
+            continue  # judged on a rate axis: the open-loop sections
         by_campaign.setdefault(p.campaign, {}).setdefault(analysis_workload(p.workload, p.simulated), []).append(p)
     valid_at: dict[tuple[str, str], list[Cell]] = {}
     valid_of: dict[str, list[Cell]] = {}
@@ -552,6 +564,15 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
                   "cpu": f"{rules.gates.max_client_cpu:.0%}"},
         "slo": slo.describe() if slo.set else None,
         "workloads": workloads,
+        "open_loop": [
+            {**section, "deploy": [_deploy_block(d) for d in deployments if d.workload == section["key"]],
+             "rate_table": Table(**section["rate_table"]) if section["rate_table"] else None,
+             "verdict_table": Table(**section["verdict_table"]) if section["verdict_table"] else None,
+             "replay_table": Table(**section["replay_table"]) if section["replay_table"] else None,
+             "left_out": [f"{labels.label(p.id)} ({p.config}, {_load_of(p)}, campaign {p.campaign}): "
+                          f"{'; '.join(flags[p.id])}" for p in bad_points
+                          if analysis_workload(p.workload, p.simulated) == section["key"]]}
+            for section in load_present.sections(open_loop)],
         "by_category": by_category,
         "category_tables": category_tables,
         "history": history,

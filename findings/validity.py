@@ -30,6 +30,9 @@ class Gates:
     #: fraction of the point's wall time: a single-threaded client with no
     #: idle time reads every response late (docs/performance.md).
     max_client_cpu: float = 0.9
+    #: Flag an open-loop point whose sends were later than this (p99) against
+    #: their schedule: a late send silently lowers the offered load.
+    max_send_lateness_ms: float = 10.0
 
 
 NO_SPEC = {"", "none", "null", "off", "false", "no"}
@@ -140,6 +143,10 @@ def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates) -> tuple[str, .
     cpu = m.get("client_cpu_fraction")
     if cpu is not None and cpu > gates.max_client_cpu:
         out.append(f"client process busy {cpu:.0%} of the time (limit {gates.max_client_cpu:.0%}): client-bound")
+    late = m.get("send_lateness_p99_ms")
+    if late is not None and late > gates.max_send_lateness_ms:
+        out.append(f"sends late against the schedule, p99 {late:.1f} ms > {gates.max_send_lateness_ms:g} ms: "
+                   f"client-bound (the offered load was lower than planned)")
     spec = speculative(facts)
     # SGLang reports an accept length; llama.cpp the accepted share of drafts.
     has_accept = any(k in m for k in ("accept_length", "accept_length_metrics", "draft_acceptance",

@@ -1,4 +1,6 @@
-"""Closed-loop load: exactly C requests in flight until the prompts run out.
+"""Load: a closed loop (exactly C requests in flight until the prompts run
+out) or an open loop (each conversation sent at its offset of a schedule,
+findings.load, whatever is in flight, up to an optional cap).
 
 A request's clock starts immediately before it is written (transport), not
 when it was queued. Warm-up requests run first and are not recorded. A
@@ -17,10 +19,13 @@ from typing import Awaitable, Callable
 
 from findings.bench.protocol import Parser, build
 from findings.bench.records import PointOutcome, RequestRecord
-from findings.bench.transport import StreamTransport
+from findings.bench.transport import StreamTransport, until
 from findings.bench.workload import Prompt
 
 LAG_INTERVAL_S = 0.01
+#: Connections an open loop opens before its first send (at most its cap);
+#: more are opened as the load needs them.
+PREWARM_OPEN = 32
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,20 @@ class PointPlan:
     model: str
     rid_prefix: str
     ignore_eos: bool = True
+    #: An open loop: each prompt's send offset (seconds from the point's
+    #: start), sorted; None: a closed loop of ``concurrency``. In an open loop
+    #: ``concurrency`` caps what is in flight (a send waits for a free slot).
+    offsets: tuple[float, ...] | None = None
+    #: Passed on to the outcome for its metrics: a profile's phase ends, the SLO.
+    phase_ends: tuple[float, ...] = ()
+    slo: tuple[float | None, float | None] | None = None
+
+
+#: An open loop starts each request this long before it is due: the request
+#: is built and a connection taken (about 0.5 ms of aiohttp's work), and the
+#: body is written at the due time (transport ``due``), so bursts closer
+#: than that work are still sent on time.
+LEAD_S = 0.02
 
 
 async def _lag_monitor(samples: list[float], stop: asyncio.Event) -> None:
@@ -54,19 +73,21 @@ def planned_requests(prompts: tuple[Prompt, ...]) -> int:
 
 
 async def _one(transport: StreamTransport, plan: PointPlan, prompt: Prompt, rid: str, turn: int = 1,
-               replies: tuple[str, ...] = ()) -> RequestRecord:
+               replies: tuple[str, ...] = (), due: float | None = None) -> RequestRecord:
     rec = RequestRecord(index=prompt.index * TURN_STRIDE + turn - 1, input_len=prompt.input_len, turn=turn,
                         category=prompt.category)
     out_len = prompt.output_len if prompt.output_len is not None else plan.output_len
     req = build(plan.api, prompt, out_len, plan.model, rid, ignore_eos=plan.ignore_eos, turn=turn, replies=replies)
-    await transport.send(req, rec, Parser(plan.api, rec, keep_text=turn < prompt.turns))
+    if due is not None:
+        rec.scheduled = due
+    await transport.send(req, rec, Parser(plan.api, rec, keep_text=turn < prompt.turns), due)
     if rec.prompt_tokens is not None:
         rec.input_len = rec.prompt_tokens  # the server's count, not the client's estimate
     return rec
 
 
 async def _conversation(transport: StreamTransport, plan: PointPlan, prompt: Prompt,
-                        rid: str) -> list[RequestRecord]:
+                        rid: str, due: float | None = None) -> list[RequestRecord]:
     """Every turn of one conversation, each sent once the previous reply has
     arrived, with that reply in the history. After a failed turn the later
     ones are not sent: they are recorded as failed (``skipped``), so that the
@@ -80,7 +101,8 @@ async def _conversation(transport: StreamTransport, plan: PointPlan, prompt: Pro
                                          category=prompt.category, error="not sent: an earlier turn failed",
                                          error_type="skipped"))
             break
-        rec = await _one(transport, plan, prompt, rid if turn == 1 else f"{rid}t{turn}", turn, tuple(replies))
+        rec = await _one(transport, plan, prompt, rid if turn == 1 else f"{rid}t{turn}", turn, tuple(replies),
+                         due if turn == 1 else None)
         if rec.reply is not None:
             replies.append("".join(rec.reply))
             rec.reply = None
@@ -108,12 +130,44 @@ async def _closed_loop(transport: StreamTransport, plan: PointPlan, prompts: tup
     return done
 
 
+async def _open_loop(transport: StreamTransport, plan: PointPlan, start: float,
+                     on_done: Callable[[RequestRecord], None] | None) -> list[RequestRecord]:
+    """Each conversation's first turn written at ``start`` + its offset,
+    whatever is in flight; a send that finds ``concurrency`` requests in
+    flight waits for one to end (vLLM's --max-concurrency). Each first turn
+    keeps when it was due (``scheduled``), when a slot under the cap was free
+    (``admitted``) and when its body was written (``sent``): the client's
+    lateness is ``sent`` less the later of the two, and a lateness that grows
+    silently lowers the offered load."""
+    assert plan.offsets is not None
+    slots = asyncio.Semaphore(plan.concurrency)
+    done: list[RequestRecord] = []
+
+    async def one(prompt: Prompt, due: float) -> None:
+        async with slots:
+            admitted = time.perf_counter()
+            recs = await _conversation(transport, plan, prompt, f"{plan.rid_prefix}-{prompt.index}", due)
+        recs[0].admitted = admitted
+        for rec in recs:
+            done.append(rec)
+            if on_done is not None:
+                on_done(rec)
+
+    tasks = []
+    for prompt, offset in zip(plan.prompts, plan.offsets):
+        due = start + offset
+        await until(due - LEAD_S)
+        tasks.append(asyncio.create_task(one(prompt, due)))
+    await asyncio.gather(*tasks)
+    return done
+
+
 Scrape = Callable[[], Awaitable[dict[str, float] | None]]
 Sample = Callable[[], Awaitable[float | None]]
-#: How often the server's running-requests gauge is read during a point.
 
 
-async def _sampler(sample: Sample, every_s: float, samples: list[float], stop: asyncio.Event) -> None:
+async def _sampler(sample: Sample, every_s: float, samples: list[float], stop: asyncio.Event,
+                   times: list[float]) -> None:
     """Read the gauge half an interval in (not at the start, when the point's
     requests are not yet in), then every ``every_s`` seconds until ``stop``."""
     try:
@@ -122,9 +176,11 @@ async def _sampler(sample: Sample, every_s: float, samples: list[float], stop: a
     except asyncio.TimeoutError:
         pass
     while not stop.is_set():
+        t = time.perf_counter()
         value = await sample()
         if value is not None:
             samples.append(value)
+            times.append(t)
         try:
             await asyncio.wait_for(stop.wait(), every_s)
         except asyncio.TimeoutError:
@@ -142,18 +198,22 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
     CPU-bound server that is time taken from the point (docs/decisions.md D84)."""
     if plan.warmup:
         await _closed_loop(transport, plan, plan.warmup, "w", None)
-    await transport.prewarm(plan.concurrency)
+    await transport.prewarm(plan.concurrency if plan.offsets is None else min(plan.concurrency, PREWARM_OPEN))
     before = await scrape() if scrape is not None else None
     window_start = time.perf_counter()
     samples: list[float] = []
     stop = asyncio.Event()
     monitor = asyncio.create_task(_lag_monitor(samples, stop))
     running: list[float] = []
-    sampler = (asyncio.create_task(_sampler(sample, sample_every_s, running, stop))
+    running_at: list[float] = []
+    sampler = (asyncio.create_task(_sampler(sample, sample_every_s, running, stop, running_at))
                if sample is not None and before is not None else None)
     cpu0 = time.process_time()
     try:
-        records = await _closed_loop(transport, plan, plan.prompts, "", on_done)
+        if plan.offsets is None:
+            records = await _closed_loop(transport, plan, plan.prompts, "", on_done)
+        else:
+            records = await _open_loop(transport, plan, window_start, on_done)
         # Before the monitor's last sleep (up to LAG_INTERVAL_S) ends.
         window_end = time.perf_counter()
         cpu = time.process_time() - cpu0
@@ -170,5 +230,7 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
                         planned=planned_requests(plan.prompts), lag_samples_ms=tuple(samples), cpu_s=cpu,
                         metrics_before=before, metrics_after=after,
                         metrics_window=(window_start, window_end) if before and after else None,
-                        running_samples=tuple(running),
-                        running_interval_s=sample_every_s if sampler is not None else None)
+                        running_samples=tuple(running), running_times=tuple(running_at),
+                        running_interval_s=sample_every_s if sampler is not None else None,
+                        schedule_start=window_start if plan.offsets is not None else None,
+                        phase_ends=plan.phase_ends, slo=plan.slo)

@@ -60,6 +60,7 @@ from findings.bench.transport import TRANSPORTS
 from findings import datasets
 from findings.bench.workload import DATASET, KINDS, Workload
 from findings.errors import FindingsError, InputError
+from findings.load import spec as loadspec
 from findings.schema import valid_name
 
 
@@ -148,10 +149,26 @@ def workload_from(path: str, name: str, t: Mapping[str, Any], base: Path | None 
     """One workload table. ``base``: the folder relative dataset paths start from
     (the matrix file's); the prompt file is read and validated here."""
     where = f"workloads.{name}"
-    unknown = sorted(set(t) - WORKLOAD_KEYS)
+    unknown = sorted(set(t) - WORKLOAD_KEYS - loadspec.KEYS)
     if unknown:
         raise InputError(path, None, f"{where}.{unknown[0]}",
-                         f"unknown key; expected one of {', '.join(sorted(WORKLOAD_KEYS))}")
+                         f"unknown key; expected one of {', '.join(sorted(WORKLOAD_KEYS | loadspec.KEYS))}")
+    load = loadspec.parse(path, where, t, base)
+    w = _workload(path, name, {k: v for k, v in t.items() if k not in loadspec.KEYS}, base)
+    if load is None:
+        return w
+    if load.mode == "trace":
+        if w.prompt_set is not None or w.kind == "fixed":
+            raise InputError(path, None, f"{where}.trace", "a trace builds its own prompts from its hash ids: "
+                             "give prompts = \"random-ids\" (token ids) or \"diverse\" (text), not a prompt set")
+        for key in ("input_len", "output_len", "num_prompts"):
+            if key in t:
+                raise InputError(path, None, f"{where}.{key}", "a trace gives each request's lengths and count")
+    return replace(w, load=load)
+
+
+def _workload(path: str, name: str, t: Mapping[str, Any], base: Path | None) -> Workload:
+    where = f"workloads.{name}"
     kind = t.get("prompts", DATASET if "dataset" in t else "random-ids")
     if "dataset" in t or kind in datasets.REGISTRY:
         return _set_workload(path, name, t, base, kind)
@@ -323,7 +340,8 @@ def parse(path: str, text: str) -> Matrix:
 
 def attach_workload(name: str, *, api: str, prompts: str | None, dataset: str | None, input_len: int,
                     output_len: int, num_prompts: int, seed: int, ignore_eos: bool | None,
-                    split_by: str | None, max_turns: int | None, vocab_size: int | None) -> Workload:
+                    split_by: str | None, max_turns: int | None, vocab_size: int | None,
+                    load: Mapping[str, Any] | None = None) -> Workload:
     """``findings bench --url``'s workload, validated as a matrix's would be
     (a relative --dataset path is taken from the current folder)."""
     if not valid_name(name):
@@ -341,4 +359,33 @@ def attach_workload(name: str, *, api: str, prompts: str | None, dataset: str | 
                    ("vocab_size", vocab_size)):
         if v is not None:
             t[key] = v
+    if load and "trace" in load:
+        for key in ("input_len", "output_len", "num_prompts"):
+            t.pop(key, None)
+    t.update(load or {})
     return workload_from("command line", name, t, Path.cwd())
+
+
+def attach_load(*, request_rate: str | None, burstiness: str | None, max_concurrency: int | None,
+                duration_s: float | None, load_profile: str | None, trace: str | None, time_scale: float | None,
+                block_size: int | None, slo_ttft_ms: float | None, slo_tpot_ms: float | None,
+                slo_attainment: float | None) -> dict[str, Any]:
+    """The command line's open-loop options as a workload table's keys (the
+    matrix validates them: findings.load.spec)."""
+    t: dict[str, Any] = {}
+    try:
+        if request_rate is not None:
+            t["request_rate"] = [float(x) for x in request_rate.split(",") if x.strip()]
+        if burstiness is not None:
+            t["burstiness"] = float(burstiness)
+        if load_profile is not None:
+            t["profile"] = [[float(a), float(b)] for a, _, b in
+                            (part.partition(":") for part in load_profile.split(",") if part.strip())]
+    except ValueError as exc:
+        raise FindingsError(f"open-loop options: expected numbers ({exc})") from None
+    for key, v in (("max_concurrency", max_concurrency), ("duration_s", duration_s), ("trace", trace),
+                   ("time_scale", time_scale), ("block_size", block_size), ("slo_ttft_ms", slo_ttft_ms),
+                   ("slo_tpot_ms", slo_tpot_ms), ("slo_attainment", slo_attainment)):
+        if v is not None:
+            t[key] = v
+    return t

@@ -147,11 +147,160 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
     if gap_err:
         m["itl_client_error_p50_ms"] = percentile(gap_err, 50) * 1000
         m["itl_client_error_p99_ms"] = percentile(gap_err, 99) * 1000
+    if outcome.schedule_start is not None:
+        m.update(open_loop(outcome, outcome.phase_ends, outcome.slo))
     m = {k: v for k, v in m.items() if math.isfinite(v)}
     if recs and not ok:
         # Every request failed: a throughput of 0 and no latencies would
         # measure nothing; the point keeps its counts and its error types.
         return only_counts(m)
+    return m
+
+
+#: A phase's metrics are stored as ``phase.{i}.{name}`` (i from 1).
+PHASE_PREFIX = "phase."
+
+
+def phase_key(i: int, name: str) -> str:
+    return f"{PHASE_PREFIX}{i}.{name}"
+
+
+def _in_flight(spans: Sequence[tuple[float, float]], t0: float, t1: float) -> dict[str, float]:
+    """Requests in flight over [t0, t1], weighted by time: mean, median, p99
+    and max of the step function that each send raises and each end lowers."""
+    if t1 <= t0 or not spans:
+        return {}
+    edges = sorted([(max(a, t0), 1) for a, b in spans if b > t0 and a < t1]
+                   + [(min(b, t1), -1) for a, b in spans if b > t0 and a < t1])
+    level, last, top = 0, t0, 0
+    weight: dict[int, float] = {}
+    for t, step in edges:
+        if t > last:
+            weight[level] = weight.get(level, 0.0) + (t - last)
+            last = t
+        level += step
+        top = max(top, level)
+    if t1 > last:
+        weight[level] = weight.get(level, 0.0) + (t1 - last)
+    total = sum(weight.values())
+    out = {"inflight_mean": sum(k * w for k, w in weight.items()) / total, "inflight_max": float(top)}
+    for q, name in ((0.5, "inflight_p50"), (0.99, "inflight_p99")):
+        acc = 0.0
+        for k in sorted(weight):
+            acc += weight[k]
+            if acc >= q * total:
+                out[name] = float(k)
+                break
+    return out
+
+
+def _latency(ok: Sequence[RequestRecord]) -> tuple[list[float], list[float]]:
+    ttft = [r.first_token - r.sent for r in ok if r.first_token is not None]
+    tpot = [(r.end - r.first_token) / (r.output_tokens - 1) for r in ok
+            if r.end is not None and r.first_token is not None and r.output_tokens > 1]
+    return ttft, tpot
+
+
+def meets_slo(r: RequestRecord, ttft_ms: float | None, tpot_ms: float | None) -> bool:
+    """vLLM's --goodput: every limit given is met (a failed request meets none)."""
+    if not r.ok:
+        return False
+    if ttft_ms is not None and (r.first_token is None or (r.first_token - r.sent) * 1000 > ttft_ms):
+        return False
+    if tpot_ms is not None and r.output_tokens > 1 and r.end is not None and r.first_token is not None:
+        if (r.end - r.first_token) / (r.output_tokens - 1) * 1000 > tpot_ms:
+            return False
+    return True
+
+
+def _window(recs: Sequence[RequestRecord], t0: float, t1: float,
+            slo: tuple[float | None, float | None] | None) -> dict[str, float]:
+    """Requests whose send was due in [t0, t1): counts, rates, latencies and
+    SLO goodput; output tokens streamed within the window (by event times)."""
+    firsts = [r for r in recs if r.scheduled is not None and t0 <= r.scheduled < t1]
+    span = t1 - t0
+    m: dict[str, float] = {"requests": float(len(firsts)), "duration": span}
+    if span <= 0:
+        return m
+    m["offered_rate_req_s"] = len(firsts) / span
+    ok = [r for r in firsts if r.ok]
+    m["completed"] = float(len(ok))
+    ttft, tpot = _latency(ok)
+    m.update(_stats("ttft", ttft))
+    m.update(_stats("tpot", tpot))
+    tokens = 0
+    for r in recs:
+        prev = 0
+        for t, n in r.events:
+            if t0 <= t < t1:
+                tokens += n - prev
+            prev = n
+    m[THROUGHPUT] = tokens / span
+    if slo is not None and firsts:
+        met = sum(1 for r in firsts if meets_slo(r, *slo))
+        m["slo_met"] = float(met)
+        m["slo_attainment"] = met / len(firsts)
+        m["goodput_req_s"] = met / span
+    return m
+
+
+def _lateness(r: RequestRecord) -> float:
+    """How late the client wrote a request against its schedule, less any
+    wait for a slot under the cap (``cap_wait``): the body's write (``sent``)
+    less the later of when it was due and when a slot was free."""
+    assert r.scheduled is not None
+    return r.sent - max(r.scheduled, r.admitted if r.admitted is not None else r.scheduled)
+
+
+def open_loop(outcome: PointOutcome, phase_ends: Sequence[float] = (),
+              slo: tuple[float | None, float | None] | None = None) -> dict[str, float]:
+    """An open-loop point: the schedule's offered rate against what was sent,
+    the client's send lateness (dispatched - due) and the wait for a slot
+    under the cap, the requests in flight over time, goodput under the SLO;
+    per phase of a profile (``phase_ends``: seconds from the start) the same
+    as ``phase.{i}.*``."""
+    start = outcome.schedule_start
+    assert start is not None
+    recs = outcome.records
+    firsts = [r for r in recs if r.scheduled is not None]
+    m: dict[str, float] = {}
+    if not firsts:
+        return m
+    last_due = max(r.scheduled or 0.0 for r in firsts) - start
+    if last_due > 0:
+        m["offered_rate_req_s"] = len(firsts) / last_due
+    sent = [r.sent for r in firsts if r.sent]
+    if sent and max(sent) > start:
+        m["achieved_rate_req_s"] = len(sent) / (max(sent) - start)
+    late = [_lateness(r) for r in firsts if r.sent and r.scheduled is not None]
+    if late:
+        m["send_lateness_p50_ms"] = percentile(late, 50) * 1000
+        m["send_lateness_p99_ms"] = percentile(late, 99) * 1000
+        m["send_lateness_max_ms"] = max(late) * 1000
+    wait = [max(0.0, r.admitted - r.scheduled) for r in firsts if r.admitted is not None and r.scheduled is not None]
+    if wait:
+        m["cap_wait_p99_ms"] = percentile(wait, 99) * 1000
+        m["cap_wait_max_ms"] = max(wait) * 1000
+    spans = [(r.sent, r.end if r.end is not None else (r.first_token or r.sent)) for r in recs if r.sent]
+    m.update(_in_flight(spans, start, outcome.finished))
+    if slo is not None:
+        # Every request counts, later turns too; a failed or skipped one meets nothing.
+        met = sum(1 for r in recs if meets_slo(r, *slo))
+        m["slo_met"] = float(met)
+        m["slo_attainment"] = met / len(recs)
+        m["goodput_req_s"] = met / max(outcome.finished - start, 1e-9)
+    bounds = [0.0, *phase_ends]
+    times, values = outcome.running_times, outcome.running_samples
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:]), start=1):
+        for name, v in _window(recs, start + a, start + b, slo).items():
+            m[phase_key(i, name)] = v
+        run = [v for t, v in zip(times, values) if start + a <= t < start + b]
+        if run:
+            m[phase_key(i, "server_running_mean")] = sum(run) / len(run)
+            m[phase_key(i, "server_running_p50")] = percentile(run, 50)
+        flight = [(r.sent, r.end if r.end is not None else r.sent) for r in recs if r.sent]
+        for name, v in _in_flight(flight, start + a, start + b).items():
+            m[phase_key(i, name)] = v
     return m
 
 
@@ -257,6 +406,10 @@ def _counter_deltas(outcome: PointOutcome) -> dict[str, float]:
         prompt = _delta(before, after, "vllm:prompt_tokens_total")
         if prompt is not None and prompt > 0:
             m["server_prompt_tokens"] = prompt
+        # prometheus_client exposes vLLM's counter vllm:prefix_cache_hits as ..._total.
+        hits = _delta(before, after, "vllm:prefix_cache_hits_total")
+        if hits is not None:
+            m["server_cached_tokens"] = hits
     elif llama:
         dn = _delta(before, after, "llamacpp:spec_decode_num_draft_tokens_total")
         da = _delta(before, after, "llamacpp:spec_decode_num_accepted_tokens_total")
@@ -280,6 +433,10 @@ def _counter_deltas(outcome: PointOutcome) -> dict[str, float]:
         prompt = _delta(before, after, "sglang:prompt_tokens_total")
         if prompt is not None and prompt > 0:
             m["server_prompt_tokens"] = prompt
+        # Prompt tokens the server's prefix cache reused (summed over cache_source).
+        cached = _delta(before, after, "sglang:cached_tokens_total")
+        if cached is not None:
+            m["server_cached_tokens"] = cached
     return m
 
 
@@ -350,6 +507,12 @@ def raw_columns(outcome: PointOutcome) -> dict[str, Any]:
         "spec_steps": [r.spec_steps for r in recs],
         "draft_accepted": [r.draft_accepted for r in recs],
     }
+    if any(r.scheduled is not None for r in recs):
+        # An open loop: when each first turn was due (from the point's first
+        # send, like sent_s), and how late the client got to it.
+        optional["due_s"] = [rel(r.scheduled) for r in recs]
+        optional["send_lateness_s"] = [_r(_lateness(r)) if r.scheduled is not None and r.sent else None
+                                       for r in recs]
     if any(r.category is not None for r in recs):
         optional["category"] = [r.category for r in recs]
     if any(r.turn != 1 for r in recs):

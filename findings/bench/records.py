@@ -55,6 +55,13 @@ class RequestRecord:
     category: str | None = None
     #: The reply's text, kept only while a later turn needs it (never stored).
     reply: list[str] | None = None
+    #: An open loop's first turns: when the send was due on the schedule,
+    #: when the transport's wait for that time ended (the body is written
+    #: next: ``sent``), and when a slot under the cap was free (perf_counter
+    #: seconds); None in a closed loop.
+    scheduled: float | None = None
+    dispatched: float | None = None
+    admitted: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -84,3 +91,11 @@ class PointOutcome:
     running_samples: tuple[float, ...] = ()
     #: Seconds between those samples (None: not sampled).
     running_interval_s: float | None = None
+    #: perf_counter time of each of ``running_samples``.
+    running_times: tuple[float, ...] = ()
+    #: An open loop: the perf_counter time its schedule's offsets count from.
+    schedule_start: float | None = None
+    #: A profile's phase ends (seconds from ``schedule_start``), and the
+    #: workload's SLO (TTFT ms, TPOT ms; None: none), for the point's metrics.
+    phase_ends: tuple[float, ...] = ()
+    slo: tuple[float | None, float | None] | None = None

@@ -27,7 +27,7 @@ from findings.bench.metrics import derive, raw_columns
 from findings.bench.progress import Progress
 from findings.bench.records import PointOutcome
 from findings.bench.transport import Control, make_transport
-from findings.bench.workload import Workload, make_prompts
+from findings.bench.workload import Workload, make_prompts, trace_prompts
 from findings.errors import FindingsError
 from findings.model import Campaign, Input, Point, Run, Scalar
 from findings.schema import SCHEMA_VERSION, point_id
@@ -138,6 +138,31 @@ def running_gauge(metrics: dict[str, float] | None) -> float | None:
     return next((metrics[g] for g in RUNNING_GAUGES if g in metrics), None)
 
 
+def running_gauge_text(text: str | None) -> float | None:
+    """``running_gauge(parse_prometheus(text))`` without parsing every line:
+    the gauge's own lines found with ``str.find`` (summed over labels), so a
+    read during a point holds the event loop for microseconds, not for the
+    parse of a large /metrics page (an open loop's sends wait on the loop)."""
+    if not text:
+        return None
+    for g in RUNNING_GAUGES:
+        total: float | None = None
+        i = text.find(g)
+        while i != -1:
+            after = i + len(g)
+            if (i == 0 or text[i - 1] == "\n") and after < len(text) and text[after] in " {":
+                end = text.find("\n", after)
+                line = text[i:] if end == -1 else text[i:end]
+                try:
+                    total = (total or 0.0) + float(line.rpartition(" ")[2])
+                except ValueError:
+                    pass
+            i = text.find(g, after)
+        if total is not None:
+            return total
+    return None
+
+
 def git_commit(root: Path | None) -> str | None:
     if root is None:
         return None
@@ -239,12 +264,17 @@ def _run_id(doc: dict[str, Any]) -> tuple[str, str]:
 
 def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workload, sweep: Sweep,
                concurrency: int, repeat: int, outcome: PointOutcome, started_wall: str,
-               environment: dict[str, Scalar], conversations: int | None = None) -> Run:
+               environment: dict[str, Scalar], conversations: int | None = None, rate: float | None = None) -> Run:
     metrics = derive(outcome)
     requests = raw_columns(outcome)
     source = "simulated" if target.simulated else "runner"
     params: dict[str, Scalar] = {**w.params(), "num_prompts": outcome.planned, "api": sweep.api,
                                  "transport": sweep.transport, "warmup": sweep.warmup}
+    if w.load is not None:
+        params.update(w.load.params(rate))
+        if w.load.mode == "trace":
+            for key in ("input_len", "output_len"):
+                params.pop(key, None)
     if w.prompt_set is not None and conversations is not None:
         params["dataset_prompts"] = conversations  # conversations drawn (num_prompts: requests, every turn)
     if w.kind == "random-ids" and target.vocab is not None:
@@ -262,7 +292,7 @@ def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workl
     if opts.commit:
         provenance["findings_commit"] = opts.commit
     identity = {"campaign": campaign.name, "config": target.spec.name, "workload": w.name, "c": concurrency,
-                "repeat": repeat, "metrics": metrics, "started": started_wall}
+                "rate": rate, "repeat": repeat, "metrics": metrics, "started": started_wall}
     rid, sha = _run_id(identity)
     point = Point(id=point_id(rid, 0), run_id=rid, campaign=campaign.name, config=target.spec.name,
                   workload=w.name, concurrency=concurrency, metrics=metrics, source=source,
@@ -320,33 +350,47 @@ class _Driver:
     metrics scrapes; ``point`` measures and stores one point."""
 
     def __init__(self, target: _Target, sweep: Sweep, opts: BenchOptions, report: BenchReport,
-                 environment: dict[str, Scalar]) -> None:
+                 environment: dict[str, Scalar], workloads: list[Workload] | None = None) -> None:
         self.target, self.sweep, self.opts, self.report, self.environment = target, sweep, opts, report, environment
-        self.transport = make_transport(sweep.transport, target.url, max(sweep.concurrency), sweep.read_timeout_s,
-                                        opts.api_key)
+        pool = max([*sweep.concurrency, *(w.load.cap for w in workloads or () if w.load is not None)])
+        self.transport = make_transport(sweep.transport, target.url, pool, sweep.read_timeout_s, opts.api_key)
         self.progress = Progress(opts.progress)
 
     async def scrape(self) -> dict[str, float] | None:
         return parse_prometheus(await self.transport.get_text("/metrics"))
 
     async def sample(self) -> float | None:
-        return running_gauge(await self.scrape())
+        return running_gauge_text(await self.transport.get_text("/metrics"))
 
-    async def point(self, campaign: Campaign, w: Workload, c: int, repeat: int, of: int | str) -> PointOutcome:
-        """Measure and store one point; raise _Stopped if the store refused it,
-        _Gone if the server died."""
+    async def point(self, campaign: Campaign, w: Workload, c: int, repeat: int, of: int | str,
+                    rate: float | None = None) -> PointOutcome:
+        """Measure and store one point (an open loop's at ``rate``, or over its
+        profile or trace); raise _Stopped if the store refused it, _Gone if
+        the server died."""
         target, sweep = self.target, self.sweep
-        n = w.requests_at(c)
-        salt = c * 1000 + repeat
         ids_below = target.vocab[0] if target.vocab is not None else None
-        prompts = tuple(make_prompts(w, n, salt=salt, ids=False, vocab=ids_below))
+        load = w.load
+        offsets: tuple[float, ...] | None = None
+        if load is None:
+            salt = c * 1000 + repeat
+            prompts = tuple(make_prompts(w, w.requests_at(c), salt=salt, ids=False, vocab=ids_below))
+        else:
+            salt = (round(rate * 1000) if rate is not None else 0) * 1000 + repeat
+            offsets = load.offsets(rate, load.requests(rate, w.num_prompts), seed=w.seed * 1_000_003 + salt)
+            if load.trace is not None:
+                prompts = tuple(trace_prompts(w, load.trace.requests, load.trace.block_size,
+                                              ids=w.kind == "random-ids", vocab=ids_below))
+            else:
+                prompts = tuple(make_prompts(w, len(offsets), salt=salt, ids=False, vocab=ids_below))
         warm = tuple(make_prompts(w, sweep.warmup, salt=-salt, vocab=ids_below)) if sweep.warmup else ()
+        slo = (load.slo.ttft_ms, load.slo.tpot_ms) if load is not None and load.slo.set else None
         plan = PointPlan(api=sweep.api, concurrency=c, prompts=prompts, warmup=warm,
                          output_len=w.output_len, model=target.model, ignore_eos=w.ignore_eos,
-                         rid_prefix=f"{campaign.name}-{target.spec.name}-{c}-{repeat}-{time.time_ns()}")
+                         rid_prefix=f"{campaign.name}-{target.spec.name}-{c}-{repeat}-{time.time_ns()}",
+                         offsets=offsets, phase_ends=load.phase_ends() if load is not None else (), slo=slo)
         if sweep.flush_cache:
             await asyncio.to_thread(target.control.flush_cache)
-        label = f"{target.spec.name} {w.name} C={c} rep {repeat}/{of}"
+        label = f"{target.spec.name} {w.name} {_load_label(w, c, rate)} rep {repeat}/{of}"
         started_wall = _now_iso()
         self.progress.start(label, planned_requests(prompts))
         every = sweep.running_sample_s
@@ -354,7 +398,7 @@ class _Driver:
                                   self.sample if every > 0 else None, every)
         self.progress.end(_point_line(label, outcome))
         run = _point_run(self.opts, target, campaign, w, sweep, c, repeat, outcome, started_wall, self.environment,
-                         conversations=len(prompts))
+                         conversations=len(prompts), rate=rate)
         try:
             path = store.add_run(self.opts.store, run)
         except diskio.DiskError as exc:
@@ -368,6 +412,23 @@ class _Driver:
         return outcome
 
 
+def _load_label(w: Workload, c: int, rate: float | None) -> str:
+    if w.load is None:
+        return f"C={c}"
+    if rate is not None:
+        return f"{rate:g} req/s"
+    return w.load.mode
+
+
+def load_axis(w: Workload, sweep: Sweep) -> list[tuple[int, float | None]]:
+    """The points of one workload in a sweep, as (concurrency, rate): each C
+    of a closed loop; each rate of an open loop (its cap as C), or its one
+    profile or trace."""
+    if w.load is None:
+        return [(c, None) for c in sweep.concurrency]
+    return [(w.load.cap, r) for r in w.load.axis]
+
+
 class _Gone(Exception):
     """The server of a sweep died: that sweep ends (the points so far are stored)."""
 
@@ -375,13 +436,13 @@ class _Gone(Exception):
 async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec, workloads: list[Workload],
                         opts: BenchOptions, report: BenchReport, environment: dict[str, Scalar]) -> None:
     sweep = spec.sweep
-    driver = _Driver(target, sweep, opts, report, environment)
+    driver = _Driver(target, sweep, opts, report, environment, workloads)
     await driver.transport.start()
     try:
         for w in workloads:
-            for c in sweep.concurrency:
+            for c, rate in load_axis(w, sweep):
                 for repeat in range(1, sweep.repeats + 1):
-                    await driver.point(campaign, w, c, repeat, sweep.repeats)
+                    await driver.point(campaign, w, c, repeat, sweep.repeats, rate)
     except _Gone:
         return
     finally:
@@ -514,6 +575,11 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
         if lacking:
             raise FindingsError(f"--until-decided compares candidates with the baseline {base!r}: campaign "
                                 f"{lacking[0]!r} needs it and at least one candidate")
+        open_loop = [w for c in matrix.campaigns for w in c.workloads if matrix.workloads[w].load is not None]
+        if open_loop:
+            raise FindingsError(f"--until-decided repeats closed-loop points until their throughput verdict is "
+                                f"decided; workload {open_loop[0]!r} is an open loop (its verdicts are on "
+                                f"latency and goodput): run it without --until-decided")
     try:
         for index, spec in enumerate(matrix.campaigns):
             campaign = _campaign(spec.name + opts.campaign_suffix, opts, index, stamp)

@@ -47,14 +47,54 @@ class StreamTransport(Protocol):
         no request of the point pays for a TCP handshake."""
         ...
 
-    async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
+    async def send(self, req: Request, rec: RequestRecord, parser: Parser, due: float | None = None) -> None:
         """Send one streaming request; fill ``rec`` through ``parser``. Never raises
-        for server or network faults: they become ``rec.error``/``error_type``."""
+        for server or network faults: they become ``rec.error``/``error_type``.
+        ``due``: the perf_counter time the body must reach the socket (an open
+        loop's schedule): everything before the write is done first, the write
+        waits for it (``rec.dispatched``: when the wait ended)."""
         ...
 
     async def get_text(self, path: str) -> str | None:
         """GET ``path``'s body; None on any error or a status other than 200."""
         ...
+
+
+#: Waits for a due time sleep until this long before it, then yield to the
+#: event loop until it has come: the selector's timeout is rounded up to whole
+#: milliseconds, so a plain sleep would be up to 1 ms late.
+SPIN_S = 0.0015
+
+
+async def until(when: float) -> None:
+    """Return at perf_counter ``when`` (at once if it has passed)."""
+    clock = time.perf_counter
+    left = when - clock()
+    if left > SPIN_S:
+        await asyncio.sleep(left - SPIN_S)
+    while clock() < when:
+        await asyncio.sleep(0)
+
+
+class _DuePayload(aiohttp.payload.BytesPayload):
+    """A request body written at its due time: aiohttp buffers the headers
+    and writes them with the first body bytes, so the request reaches the
+    socket in one write at ``due``, after the request was built and a
+    connection taken beforehand."""
+
+    def __init__(self, value: bytes, due: float, rec: RequestRecord) -> None:
+        super().__init__(value, content_type="application/json")
+        self._due, self._rec = due, rec
+
+    async def write(self, writer: Any) -> None:
+        await until(self._due)
+        self._rec.dispatched = time.perf_counter()
+        await super().write(writer)
+
+    async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+        await until(self._due)
+        self._rec.dispatched = time.perf_counter()
+        await super().write_with_length(writer, content_length)
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -170,7 +210,7 @@ class AiohttpTransport:
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return None
 
-    async def _post(self, url: str, body: bytes, rec: RequestRecord) -> aiohttp.ClientResponse:
+    async def _post(self, url: str, body: bytes | _DuePayload, rec: RequestRecord) -> aiohttp.ClientResponse:
         """POST, and once more on a fresh connection when a kept-alive one
         turns out closed before any response came (servers close idle
         connections, llama.cpp's after each streamed response). aiohttp
@@ -191,7 +231,8 @@ class AiohttpTransport:
             rec.sent_wall = time.time()
             rec.sent = time.perf_counter()
             # A fresh connection for certain: the pool may hold more closed ones.
-            return await self._fresh().post(url, data=body, trace_request_ctx=rec)
+            return await self._fresh().post(url, data=body if isinstance(body, bytes) else body._value,
+                                            trace_request_ctx=rec)
 
     def _fresh(self) -> aiohttp.ClientSession:
         if self.fresh is None:
@@ -201,9 +242,10 @@ class AiohttpTransport:
                                                trace_configs=self.session.trace_configs)
         return self.fresh
 
-    async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
+    async def send(self, req: Request, rec: RequestRecord, parser: Parser, due: float | None = None) -> None:
         assert self.session is not None
-        body = jsonfast.dumps(req.body)
+        raw = jsonfast.dumps(req.body)
+        body: bytes | _DuePayload = raw if due is None else _DuePayload(raw, due, rec)
         clock = time.perf_counter
         rec.sent_wall = time.time()
         rec.sent = clock()
@@ -292,9 +334,12 @@ class HttpxTransport:
             return None
         return r.text if r.status_code == 200 else None
 
-    async def send(self, req: Request, rec: RequestRecord, parser: Parser) -> None:
+    async def send(self, req: Request, rec: RequestRecord, parser: Parser, due: float | None = None) -> None:
         assert self.client is not None
         body = jsonfast.dumps(req.body)
+        if due is not None:  # httpx builds and writes in one call: wait first
+            await until(due)
+            rec.dispatched = time.perf_counter()
         clock = time.perf_counter
         rec.sent_wall = time.time()
         rec.sent = clock()

@@ -23,6 +23,8 @@ import random
 from dataclasses import dataclass, field
 
 from findings.datasets import PromptSet, sample
+from findings.load.spec import LoadSpec
+from findings.load.trace import TraceRequest
 
 #: Made-up prompts (no file). ``dataset``: a prompt set (``Workload.prompt_set``).
 KINDS = ("random-ids", "diverse", "fixed")
@@ -61,6 +63,13 @@ class Workload:
     max_turns: int | None = None
     #: ``random-ids``: the model's vocabulary size, when given (else the server's).
     vocab_size: int | None = None
+    #: An open loop (findings.load.spec): requests sent at a rate, over a
+    #: profile or as a trace replays, instead of C always in flight.
+    load: LoadSpec | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def open_loop(self) -> bool:
+        return self.load is not None
 
     def requests_at(self, concurrency: int) -> int:
         """Prompts (conversations, for a prompt set) measured at one C: enough that every slot is reused."""
@@ -152,4 +161,43 @@ def _from_set(w: Workload, count: int, salt: int) -> list[Prompt]:
         cap = min(c.output_len, w.output_len) if c.output_len is not None else w.output_len
         out.append(Prompt(i, c.words, text=c.turns[0], history=c.history, later=tuple(later),
                           category=c.category, output_len=cap))
+    return out
+
+
+def _block(seed: int, block: int, size: int, ids: bool, low: int, high: int) -> list[int] | list[str]:
+    """The content of one hash block: the same for every request that names it."""
+    rng = random.Random(f"{seed}:block:{block}")
+    if ids:
+        return [rng.randrange(low, high) for _ in range(size)]
+    return [_word(rng) for _ in range(size)]
+
+
+def trace_prompts(w: Workload, requests: tuple[TraceRequest, ...], block_size: int, ids: bool,
+                  vocab: int | None = None) -> list[Prompt]:
+    """One prompt per trace request, built from its ``hash_ids``: each id is a
+    block of ``block_size`` tokens (ids, or one word per token for text
+    APIs), the same block wherever the id appears, so requests that share
+    leading ids share a prefix the server's cache can reuse (as AIPerf and
+    sglang's trace replay build them). A request without hash ids gets
+    tokens of its own. Output lengths are the trace's."""
+    high = min(vocab, ID_HIGH) if vocab is not None else ID_HIGH
+    low = ID_LOW if high > 2 * ID_LOW else 0
+    cache: dict[int, list[int] | list[str]] = {}
+    out = []
+    for i, r in enumerate(requests):
+        parts: list[int | str] = []
+        if r.hash_ids:
+            for h in r.hash_ids:
+                blk = cache.get(h)
+                if blk is None:
+                    blk = cache[h] = _block(w.seed, h, block_size, ids, low, high)
+                parts.extend(blk)
+        else:
+            parts.extend(_block(w.seed, -1 - i, r.input_length, ids, low, high))
+        parts = parts[:r.input_length]
+        if ids:
+            out.append(Prompt(i, r.input_length, input_ids=tuple(int(x) for x in parts),
+                              output_len=r.output_length))
+        else:
+            out.append(Prompt(i, r.input_length, text=" ".join(str(x) for x in parts), output_len=r.output_length))
     return out

@@ -1,0 +1,145 @@
+"""Open loops against a real `findings emulate` process over real HTTP
+(issue 25): the sends are the process they claim, by SciPy's KS test, the
+achieved rate is the offered one, a Mooncake trace replays with shared
+prefixes that the emulator's own prefix-cache counter sees, and a late
+client is flagged.
+
+The Done-means figures (2,000 requests at 20 requests/s) run with
+FINDINGS_LOAD_FULL=1 (`make test-load`); by default the same checks run on
+600 requests at the same rate, so that `make test` stays short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from conftest import ROOT, cli, run_docs
+from test_bench_e2e import start_emulator
+
+from findings.load import trace as trace_mod
+
+FULL = bool(os.environ.get("FINDINGS_LOAD_FULL"))
+N = 2000 if FULL else 600
+RATE = 20.0
+TRACE = ROOT / "tests" / "fixtures" / "load" / "mooncake-shared.jsonl"
+
+
+@pytest.fixture
+def emulator():
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> str:
+        proc, url = start_emulator(*args)
+        procs.append(proc)
+        return url
+
+    yield start
+    for p in procs:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def _point(store: Path) -> tuple[dict, dict]:
+    docs = run_docs(store)
+    assert len(docs) == 1
+    p = docs[0]["points"][0]
+    return p["metrics"], p["requests"]
+
+
+def _open(store: Path, url: str, *extra: str) -> None:
+    r = cli("bench", "--url", url, "--config", "baseline", "--campaign", "open", "--workload", "w",
+            "--input-len", "16", "--output-len", "4", "--no-progress", "--running-sample", "0", *extra, store=store)
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("burstiness", [1.0, 0.5])
+def test_open_loop_sends_are_the_process_they_claim(emulator, store, burstiness):
+    url = emulator("--speed", "20", "--ground-truth")
+    _open(store, url, "--request-rate", str(RATE), "--num-prompts", str(N), "--burstiness", str(burstiness))
+    m, req = _point(store)
+    assert m["completed"] == N and m["failed"] == 0
+    # The achieved rate (real sends) within 2% of the offered one (the schedule's).
+    assert m["achieved_rate_req_s"] == pytest.approx(m["offered_rate_req_s"], rel=0.02)
+    # And the schedule near the nominal rate: within 4 standard errors of a
+    # renewal process's N arrivals (CV of a gap 1/sqrt(B)).
+    assert abs(m["offered_rate_req_s"] / RATE - 1) < 4 / np.sqrt(N * burstiness)
+    # Inter-arrival times as sent (the moment before each write) pass SciPy's KS test at the 1% level
+    # against the gamma of shape B and scale 1/(R*B) (B = 1: the exponential).
+    gaps = np.diff(np.sort(np.asarray(req["sent_s"], dtype=float)))
+    dist = ("expon", (0, 1 / RATE)) if burstiness == 1.0 else ("gamma", (burstiness, 0, 1 / (RATE * burstiness)))
+    p = stats.kstest(gaps, dist[0], args=dist[1]).pvalue
+    assert p > 0.01, (p, burstiness)
+    # The emulator's own arrival times (ground truth, its clock) pass as well.
+    arrivals = np.sort(np.asarray(req["sent_s"], dtype=float) + np.asarray(req["server_arrival_minus_sent_s"]))
+    p_server = stats.kstest(np.diff(arrivals), dist[0], args=dist[1]).pvalue
+    assert p_server > 0.01, (p_server, burstiness)
+    # Send lateness is recorded per request and summarised.
+    assert len(req["send_lateness_s"]) == N and m["send_lateness_p99_ms"] >= m["send_lateness_p50_ms"] >= 0
+    assert m["inflight_max"] >= 1 and m["inflight_mean"] > 0
+
+
+def test_trace_replay_shares_prefixes_the_servers_cache_sees(emulator, store):
+    url = emulator("--speed", "20")
+    r = cli("bench", "--url", url, "--config", "baseline", "--campaign", "trace", "--workload", "mooncake",
+            "--trace", str(TRACE), "--block-size", "64", "--no-progress", "--running-sample", "0", store=store)
+    assert r.exit_code == 0, r.output
+    m, req = _point(store)
+    tr = trace_mod.load(TRACE, 64)
+    # What a prefix cache can reuse: each request's leading blocks that an
+    # earlier request had, but never its last token (always computed).
+    seen: set[tuple[int, ...]] = set()
+    expected = []
+    for t in tr.requests:
+        k = 0
+        while k < len(t.hash_ids) and t.hash_ids[:k + 1] in seen:
+            k += 1
+        expected.append(min(k * 64, t.input_length - 1) if k else 0)
+        seen.update(t.hash_ids[:i] for i in range(1, len(t.hash_ids) + 1))
+    assert sum(expected) == 831  # 13 shared blocks of 64, one capped at its prompt less one token
+    # The emulator's counter over the point, its per-response figures, and the trace agree.
+    assert m["server_cached_tokens"] == sum(expected)
+    assert req["cached_tokens"] == expected
+    assert req["input_len"] == [t.input_length for t in tr.requests]
+    assert req["output_len"] == [t.output_length for t in tr.requests]
+    params = run_docs(store)[0]["points"][0]["workload_params"]
+    assert params["load"] == "trace" and params["trace_requests"] == 12 and params["trace_block_size"] == 64
+    # Replayed on the trace's clock: sends 100 ms apart.
+    sent = sorted(req["sent_s"])
+    assert np.allclose(np.diff(sent), 0.1, atol=0.02)
+
+
+def test_a_profile_point_records_each_phase(emulator, store):
+    url = emulator("--speed", "20")
+    _open(store, url, "--load-profile", "2:5,2:40,2:5", "--slo-ttft-ms", "500", "--slo-tpot-ms", "100",
+          "--running-sample", "0.2")
+    m, _ = _point(store)
+    assert [round(m[f"phase.{i}.duration"]) for i in (1, 2, 3)] == [2, 2, 2]
+    busy, quiet = m["phase.2.offered_rate_req_s"], m["phase.1.offered_rate_req_s"]
+    assert busy > 3 * quiet
+    assert sum(m[f"phase.{i}.requests"] for i in (1, 2, 3)) == m["planned"]
+    assert m["slo_attainment"] == pytest.approx(1.0) and m["goodput_req_s"] > 0
+    assert m["phase.2.server_running_mean"] >= m["phase.1.server_running_mean"]
+
+
+def test_a_late_client_is_flagged(emulator, project):
+    """A send lateness past the gate (here set to 0 ms: any lateness) keeps the
+    point out of every verdict, with the reason in the document."""
+    url = emulator("--speed", "20")
+    settings = project / "findings.toml"
+    settings.write_text(settings.read_text().replace("[findings]", "[findings]\nmax_send_lateness_ms = 0", 1))
+    store = project / "sim"
+    r = cli("--settings", str(settings), "bench", "--url", url, "--config", "baseline", "--campaign", "late",
+            "--workload", "w", "--input-len", "16", "--output-len", "4", "--no-progress", "--request-rate", "50",
+            "--num-prompts", "60", "--running-sample", "0", store=store)
+    assert r.exit_code == 0, r.output
+    r = cli("--settings", str(settings), "conclusions", "--json", store=store)
+    assert r.exit_code == 0, r.output
+    flagged = json.loads(r.output)["flagged"]
+    assert len(flagged) == 1 and "sends late against the schedule" in next(iter(flagged.values()))[0]

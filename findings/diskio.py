@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from findings.errors import FindingsError
+from findings.errors import FindingsError, InputError
 
 
 def cause(exc: OSError) -> str:
@@ -55,6 +55,18 @@ class DiskError(FindingsError):
         out.path, out.errno, out.cause, out.doing = self.path, self.errno, self.cause, self.doing
         FindingsError.__init__(out, f"{self.path}: {self.doing}: {self.cause}; {outcome}")
         return out
+
+
+def read_input(path: Path, what: str) -> bytes:
+    """The bytes of an input file the user named (a prompt file, a trace);
+    one ``InputError`` line, naming ``what`` was expected, for a folder or a
+    file that cannot be read."""
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise InputError(str(path), None, None, f"is a folder, not a {what}") from None
+    except OSError as exc:
+        raise InputError(str(path), None, None, f"cannot read: {exc.strerror or exc}") from None
 
 
 def is_disk_refusal(exc: OSError) -> bool:

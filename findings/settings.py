@@ -100,7 +100,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
     if not isinstance(table, dict):
         raise SettingsError(f"{path}: [findings] must be a table")
     numbers = {"noise_floor", "confidence", "resamples", "max_failed_fraction", "max_client_lag_ms",
-               "max_client_cpu", "max_send_lateness_ms", "slo_ttft_p99_ms", "slo_tpot_p99_ms", "drift_window"}
+               "max_client_cpu", "max_send_lateness_ms", "min_achieved_share", "slo_ttft_p99_ms", "slo_tpot_p99_ms", "drift_window"}
     known = {"store", "document", "templates", "template", "title", "baseline", "simulated", "plots",
              "interval", "detail_campaigns"} | numbers
     for key in table:
@@ -155,7 +155,8 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
                         max_client_lag_ms=float(table.get("max_client_lag_ms", Gates.max_client_lag_ms)),
                         max_client_cpu=float(table.get("max_client_cpu", Gates.max_client_cpu)),
                         max_send_lateness_ms=float(table.get("max_send_lateness_ms",
-                                                             Gates.max_send_lateness_ms))),
+                                                             Gates.max_send_lateness_ms)),
+                        min_achieved_share=float(table.get("min_achieved_share", Gates.min_achieved_share))),
         ),
         slo=Slo(ttft_p99_ms=_opt_float(table.get("slo_ttft_p99_ms")),
                 tpot_p99_ms=_opt_float(table.get("slo_tpot_p99_ms"))),

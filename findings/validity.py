@@ -30,9 +30,13 @@ class Gates:
     #: fraction of the point's wall time: a single-threaded client with no
     #: idle time reads every response late (docs/performance.md).
     max_client_cpu: float = 0.9
-    #: Flag an open-loop point whose sends were later than this (p99) against
-    #: their schedule: a late send silently lowers the offered load.
+    #: Flag an open-loop point whose sends were later (p99) against their
+    #: schedule than both this and a tenth of the schedule's mean gap: a late
+    #: send silently lowers the offered load and reshapes its bursts.
     max_send_lateness_ms: float = 10.0
+    #: Flag an open-loop point that sent less than this share of its
+    #: schedule's rate (its achieved rate against the offered one).
+    min_achieved_share: float = 0.98
 
 
 NO_SPEC = {"", "none", "null", "off", "false", "no"}
@@ -144,9 +148,16 @@ def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates) -> tuple[str, .
     if cpu is not None and cpu > gates.max_client_cpu:
         out.append(f"client process busy {cpu:.0%} of the time (limit {gates.max_client_cpu:.0%}): client-bound")
     late = m.get("send_lateness_p99_ms")
-    if late is not None and late > gates.max_send_lateness_ms:
-        out.append(f"sends late against the schedule, p99 {late:.1f} ms > {gates.max_send_lateness_ms:g} ms: "
-                   f"client-bound (the offered load was lower than planned)")
+    offered = m.get("offered_rate_req_s")
+    if late is not None:
+        limit = max(gates.max_send_lateness_ms, 100.0 / offered if offered else 0.0)
+        if late > limit:
+            out.append(f"sends late against the schedule, p99 {late:.1f} ms > {limit:.3g} ms: client-bound "
+                       f"(the offered load was lower, and its bursts other, than planned)")
+    achieved = m.get("achieved_rate_req_s")
+    if achieved is not None and offered and achieved < gates.min_achieved_share * offered:
+        out.append(f"sent {achieved:.3g} requests/s of the schedule's {offered:.3g} "
+                   f"({achieved / offered:.0%}, limit {gates.min_achieved_share:.0%}): client-bound")
     spec = speculative(facts)
     # SGLang reports an accept length; llama.cpp the accepted share of drafts.
     has_accept = any(k in m for k in ("accept_length", "accept_length_metrics", "draft_acceptance",

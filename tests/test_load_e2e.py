@@ -129,17 +129,40 @@ def test_a_profile_point_records_each_phase(emulator, store):
 
 
 def test_a_late_client_is_flagged(emulator, project):
-    """A send lateness past the gate (here set to 0 ms: any lateness) keeps the
-    point out of every verdict, with the reason in the document."""
+    """The gates keep a client-bound open-loop point out of every verdict,
+    with the reason: at 2,000 requests/s the allowed lateness is a tenth of
+    the 0.5 ms mean gap (with the absolute limit set to 0), and a share of
+    the schedule above 1 can never be sent."""
     url = emulator("--speed", "20")
     settings = project / "findings.toml"
-    settings.write_text(settings.read_text().replace("[findings]", "[findings]\nmax_send_lateness_ms = 0", 1))
+    settings.write_text(settings.read_text().replace(
+        "[findings]", "[findings]\nmax_send_lateness_ms = 0\nmin_achieved_share = 1.5", 1))
     store = project / "sim"
     r = cli("--settings", str(settings), "bench", "--url", url, "--config", "baseline", "--campaign", "late",
-            "--workload", "w", "--input-len", "16", "--output-len", "4", "--no-progress", "--request-rate", "50",
-            "--num-prompts", "60", "--running-sample", "0", store=store)
+            "--workload", "w", "--input-len", "16", "--output-len", "4", "--no-progress", "--request-rate", "2000",
+            "--num-prompts", "300", "--running-sample", "0", store=store)
     assert r.exit_code == 0, r.output
     r = cli("--settings", str(settings), "conclusions", "--json", store=store)
     assert r.exit_code == 0, r.output
     flagged = json.loads(r.output)["flagged"]
-    assert len(flagged) == 1 and "sends late against the schedule" in next(iter(flagged.values()))[0]
+    assert len(flagged) == 1
+    why = next(iter(flagged.values()))
+    assert any("sends late against the schedule" in x for x in why), why
+    assert any("of the schedule's" in x and "client-bound" in x for x in why), why
+
+
+def test_the_rate_search_narrows_the_max_sustainable_rate(emulator, store):
+    """An emulator that runs at most 2 requests at a time: a tight TTFT SLO
+    holds at a low rate and fails at a high one; the search bisects."""
+    url = emulator("--speed", "1", "--max-running", "2")
+    _open(store, url, "--request-rate", "2,200", "--num-prompts", "40", "--slo-ttft-ms", "150",
+          "--rate-search", "2")
+    att = {}
+    for doc in run_docs(store):
+        p = doc["points"][0]
+        att[p["workload_params"]["request_rate"]] = p["metrics"]["slo_attainment"]
+    assert att[2.0] >= 0.9 > att[200.0]
+    # The first search point halves the bracket [2, 200]; the second halves
+    # whichever half the first left open.
+    second = 150.5 if att[101.0] >= 0.9 else 51.5
+    assert sorted(att) == sorted([2.0, 200.0, 101.0, second])

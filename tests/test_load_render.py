@@ -154,3 +154,13 @@ def test_conclusions_json_gives_each_verdicts_load_axis(project):
     d = json.loads(r.output)["workloads"]["chat-open"]["spec"]
     assert d["load_axis"] == "request_rate" and d["threshold_rate"] == 2.0 and d["threshold"] == 2
     assert d["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 2, 3], [3, 3, 0]]
+
+
+def test_goodput_where_the_baseline_has_none_is_a_win():
+    rules = Rules()
+    cell = lambda config, good: verdicts.RateCell("w", "c", 0, config, 8.0, 1, (config,),  # noqa: E731
+                                                  {"goodput_req_s": (good,)})
+    win = verdicts.compare_cells(cell("spec", 2.0), cell("baseline", 0.0), "goodput_req_s", rules, 0.0, True)
+    tie = verdicts.compare_cells(cell("spec", 0.0), cell("baseline", 0.0), "goodput_req_s", rules, 0.0, True)
+    loss = verdicts.compare_cells(cell("spec", 0.0), cell("baseline", 2.0), "goodput_req_s", rules, 0.0, True)
+    assert (win.verdict, tie.verdict, loss.verdict) == ("win", "tie", "loss")

@@ -1,6 +1,6 @@
 """`make perf`: measure findings itself and publish the figures with findings.
 
-Four sections (docs/performance.md is rendered from their results):
+Five sections (docs/performance.md is rendered from their results):
 
 - ``clients``: client capacity and timing fidelity. Three load clients drive
   the findings emulator one after another, each against a FRESH emulator
@@ -15,6 +15,11 @@ Four sections (docs/performance.md is rendered from their results):
   --ground-truth-log, so every client's TTFT and ITL are compared request by
   request with the server's own write times (the peer's through its
   --output-details, matched by generated text).
+- ``openloop``: send timing under an open loop at the seed's scale (Poisson
+  at 10 requests/s against the paced emulator): our send lateness against
+  our schedule, and for ours and the peer's ``--request-rate`` the
+  emulator's own arrival times (achieved rate, KS test against the
+  exponential) and the TTFT error.
 - ``emulator``: the emulator's own step schedule: p99 lateness of its model
   steps against their deadlines, over a sweep of speed and C.
 - ``render``: ``findings render`` and ``findings conclusions`` on synthetic
@@ -259,6 +264,98 @@ def reference(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int,
 CLIENTS = {OURS: ours, PEER: peer, REF: reference}
 
 
+# --------------------------------------------------------------------------- open loop
+
+def _arrival_ks(emu: Emulator, rate: float, warmup: int) -> dict[str, float]:
+    """The emulator's own arrival times (its ground-truth log), less the
+    warm-up requests: the achieved rate and SciPy's KS test of the gaps
+    against the exponential of the nominal rate."""
+    from scipy import stats  # noqa: PLC0415 (the dev extra; make perf runs in .venv)
+
+    arrivals = sorted(json.loads(line)["arrival"]
+                      for line in emu.truth_log.read_text(encoding="utf-8").splitlines())[warmup:]
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    return {"server_arrival_rate_req_s": len(gaps) / (arrivals[-1] - arrivals[0]),
+            "server_arrival_ks_p": float(stats.kstest(gaps, "expon", args=(0, 1 / rate)).pvalue),
+            "server_arrivals": float(len(arrivals))}
+
+
+def ours_open(emu: Emulator, work: Path, tag: str, rate: float, n: int, out_len: int,
+              timeout: float) -> dict[str, float]:
+    store = work / f"store-{tag}"
+    cmd = [*pin(1), str(FINDINGS), "--store", str(store), "bench", "--url", emu.url, "--config", "perf",
+           "--campaign", f"perf-{tag}", "--workload", "perf", "--request-rate", f"{rate:g}", "--num-prompts",
+           str(n), "--input-len", "32", "--output-len", str(out_len), "--prompts", "random-ids", "--warmup", "2",
+           "--no-progress", "--read-timeout", "120"]
+    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
+    files = sorted((store / "runs").glob("*.json")) if (store / "runs").is_dir() else []
+    if rc != 0 or not files:
+        raise SystemExit(f"perf: findings bench failed (exit {rc}); log {work / f'client-{tag}.log'}")
+    point = crosscheck.first_point(files[-1])
+    m = point["metrics"]
+    keep = ("output_throughput_tok_s", "send_lateness_p50_ms", "send_lateness_p99_ms", "send_lateness_max_ms",
+            "offered_rate_req_s", "achieved_rate_req_s", "client_loop_lag_p99_ms", "completed", "failed",
+            "median_ttft_ms")
+    row = {k: float(m[k]) for k in keep if k in m}
+    req = point["requests"]
+    per = [(i, ttft - (first - arr), []) for i, (ttft, arr, first) in enumerate(
+        zip(req["ttft_s"], req["server_arrival_minus_sent_s"], req["server_first_event_minus_sent_s"]))
+        if ttft is not None and arr is not None and first is not None]
+    row.update(error_metrics(per, 0))
+    row.update(_arrival_ks(emu, rate, 2))
+    row["client_cpu_s"], row["client_wall_s"] = cpu, wall
+    return row
+
+
+def peer_open(emu: Emulator, work: Path, tag: str, rate: float, n: int, out_len: int,
+              timeout: float) -> dict[str, float]:
+    out = work / f"peer-{tag}.jsonl"
+    cmd = [*pin(1), str(PEER_PY), "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", emu.url,
+           "--dataset-name", "random-ids", "--tokenize-prompt", "--random-input-len", "32",
+           "--random-output-len", str(out_len), "--random-range-ratio", "1.0", "--num-prompts", str(n),
+           "--request-rate", f"{rate:g}", "--tokenizer", str(TOKENIZER), "--model", str(TOKENIZER),
+           "--output-file", str(out), "--output-details", "--warmup-requests", "2", "--disable-tqdm", "--seed", "1"]
+    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
+    if rc != 0 or not out.exists():
+        raise SystemExit(f"perf: sglang.bench_serving failed (exit {rc}); log {work / f'client-{tag}.log'}")
+    d = json.loads(out.read_text(encoding="utf-8").splitlines()[-1])
+    truth = emu.truth()
+    per: list[tuple[int, float, list[float]]] = []
+    for i, e in enumerate(d["errors"]):
+        t = truth.get(hashlib.sha1(d["generated_texts"][i].encode()).hexdigest()) if not e else None
+        if t is not None and t["events"]:
+            per.append((i, d["ttfts"][i] - (t["events"][0] - t["arrival"]), []))
+    row = {"output_throughput_tok_s": float(d["output_throughput"]), "completed": float(d["completed"]),
+           "median_ttft_ms": float(d["median_ttft_ms"]), "client_cpu_s": cpu, "client_wall_s": wall}
+    row.update(error_metrics(per, 0))
+    row.update(_arrival_ks(emu, rate, 2))
+    return row
+
+
+def section_openloop(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """Send timing under an open loop at the seed's scale: Poisson arrivals at
+    10 requests/s against the paced emulator (speed 1), ours and the peer's
+    (`sglang.bench_serving --request-rate`), each against a fresh emulator.
+    Ours records its lateness against its schedule; for both, the emulator's
+    own arrival times give the achieved rate and a KS test against the
+    exponential, and its write times the TTFT error."""
+    rate, n, out_len = (10.0, 60, 16) if a.quick else (10.0, 600, 32)
+    rows: list[dict[str, Any]] = []
+    for client, fn in ((OURS, ours_open), (PEER, peer_open)):
+        if client not in a.clients:
+            continue
+        tag = f"open-r{rate:g}-{client.replace('.', '_')}"
+        log(f"open loop: {client} Poisson {rate:g} requests/s, N={n}, output {out_len}")
+        with Emulator(work, tag, "baseline", 1.0) as emu:
+            metrics = fn(emu, work, tag, rate, n, out_len, a.client_timeout)
+        rows.append({"workload": "open-loop", "config": client, "concurrency": 1, "request_rate": rate,
+                     "output_len": out_len, "num_prompts": n, **metrics})
+        log(f"  send lateness p99 {metrics.get('send_lateness_p99_ms', float('nan')):.3f} ms, TTFT error p99 "
+            f"{metrics.get('ttft_client_error_p99_ms', float('nan')):.2f} ms, arrivals KS p "
+            f"{metrics['server_arrival_ks_p']:.3f}")
+    return rows
+
+
 def section_clients(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     plan: list[tuple[str, str, float, int, int, int]] = []  # workload, profile, speed, C, N, output tokens
@@ -376,7 +473,8 @@ def environment(a: argparse.Namespace) -> dict[str, Any]:
     except (OSError, subprocess.CalledProcessError):
         pass
     if PEER in a.clients:
-        env["peer"] = "sglang 0.5.23 bench_serving (benchmarks/peer/setup.sh)"
+        env["peer"] = ("sglang 0.5.23 bench_serving (benchmarks/peer/setup.sh)" if "PEER_VENV" not in os.environ
+                       else f"sglang bench_serving from PEER_VENV={PEER_VENV}")
     env["quick"] = bool(a.quick)
     return env
 
@@ -415,7 +513,7 @@ def main() -> int:
     ap.add_argument("--store", type=Path, default=ROOT / "benchmarks" / "perf" / "results")
     ap.add_argument("--settings", type=Path, default=HERE / "findings.toml")
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "perf")
-    ap.add_argument("--sections", default="clients,emulator,render")
+    ap.add_argument("--sections", default="clients,openloop,emulator,render")
     ap.add_argument("--clients", default=f"{OURS},{PEER},{REF}")
     ap.add_argument("--quick", action="store_true", help="small sizes (for trying the harness; not published)")
     ap.add_argument("--client-timeout", type=float, default=300.0)
@@ -437,7 +535,8 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    sections = {"clients": section_clients, "emulator": section_emulator, "render": section_render}
+    sections = {"clients": section_clients, "openloop": section_openloop, "emulator": section_emulator,
+                "render": section_render}
     for name in a.sections.split(","):
         if name not in sections:
             raise SystemExit(f"perf: unknown section {name!r} (known: {', '.join(sections)})")

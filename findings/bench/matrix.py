@@ -369,7 +369,7 @@ def attach_workload(name: str, *, api: str, prompts: str | None, dataset: str | 
 def attach_load(*, request_rate: str | None, burstiness: str | None, max_concurrency: int | None,
                 duration_s: float | None, load_profile: str | None, trace: str | None, time_scale: float | None,
                 block_size: int | None, slo_ttft_ms: float | None, slo_tpot_ms: float | None,
-                slo_attainment: float | None) -> dict[str, Any]:
+                slo_attainment: float | None, rate_search: int | None = None) -> dict[str, Any]:
     """The command line's open-loop options as a workload table's keys (the
     matrix validates them: findings.load.spec)."""
     t: dict[str, Any] = {}
@@ -385,7 +385,7 @@ def attach_load(*, request_rate: str | None, burstiness: str | None, max_concurr
         raise FindingsError(f"open-loop options: expected numbers ({exc})") from None
     for key, v in (("max_concurrency", max_concurrency), ("duration_s", duration_s), ("trace", trace),
                    ("time_scale", time_scale), ("block_size", block_size), ("slo_ttft_ms", slo_ttft_ms),
-                   ("slo_tpot_ms", slo_tpot_ms), ("slo_attainment", slo_attainment)):
+                   ("slo_tpot_ms", slo_tpot_ms), ("slo_attainment", slo_attainment), ("rate_search", rate_search)):
         if v is not None:
             t[key] = v
     return t

@@ -29,6 +29,7 @@ from findings.bench.records import PointOutcome
 from findings.bench.transport import Control, make_transport
 from findings.bench.workload import Workload, make_prompts, trace_prompts
 from findings.errors import FindingsError
+from findings.load.spec import next_search_rate
 from findings.model import Campaign, Input, Point, Run, Scalar
 from findings.schema import SCHEMA_VERSION, point_id
 from findings.settings import Settings
@@ -440,9 +441,22 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
     await driver.transport.start()
     try:
         for w in workloads:
+            attained: dict[float, list[float]] = {}
             for c, rate in load_axis(w, sweep):
                 for repeat in range(1, sweep.repeats + 1):
-                    await driver.point(campaign, w, c, repeat, sweep.repeats, rate)
+                    outcome = await driver.point(campaign, w, c, repeat, sweep.repeats, rate)
+                    if rate is not None:
+                        attained.setdefault(rate, []).append(derive(outcome).get("slo_attainment", 0.0))
+            load = w.load
+            for _ in range(load.rate_search if load is not None else 0):
+                assert load is not None
+                means = {r: sum(v) / len(v) for r, v in attained.items()}
+                rate = next_search_rate(means, load.slo.attainment)
+                if rate is None:
+                    break
+                for repeat in range(1, sweep.repeats + 1):
+                    outcome = await driver.point(campaign, w, load.cap, repeat, sweep.repeats, rate)
+                    attained.setdefault(rate, []).append(derive(outcome).get("slo_attainment", 0.0))
     except _Gone:
         return
     finally:

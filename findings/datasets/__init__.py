@@ -12,7 +12,8 @@ from pathlib import Path
 
 from findings.datasets.formats import parse
 from findings.datasets.model import FORMATS, REGISTRY, Conversation, PromptSet, sample
-from findings.errors import FindingsError, InputError
+from findings import diskio
+from findings.errors import FindingsError
 
 __all__ = ["FORMATS", "REGISTRY", "Conversation", "PromptSet", "load", "named", "sample"]
 
@@ -21,13 +22,7 @@ def load(path: str | Path) -> PromptSet:
     """The prompt set in a file; one ``InputError`` line for a file that is
     missing, unreadable or malformed."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise InputError(str(p), None, None, "is a folder, not a prompt file") from None
-    except OSError as exc:
-        raise InputError(str(p), None, None, f"cannot read: {exc.strerror or exc}") from None
-    ps, _ = parse(str(p), data, p.name)
+    ps, _ = parse(str(p), diskio.read_input(p, "prompt file"), p.name)
     return ps
 
 

@@ -1,8 +1,16 @@
-"""Open-loop load (issue 25): when each request is sent.
+"""Open-loop load (issue 25, docs/load.md): when each request is sent, and
+how open-loop points are judged.
 
-Public surface so far: ``arrivals`` (pure: Poisson, gamma burstiness as
-vLLM's ``bench serve`` defines it, constant spacing, and piecewise rate
-profiles, as send offsets from a point's start) and ``trace`` (Mooncake-format
-JSONL traces, validated at the file boundary). The runner that sleeps to those
-offsets and records how late each send was is not built yet.
+- ``spec``: a workload's open-loop keys (``request_rate``, ``profile``,
+  ``trace``, burstiness, cap, SLO, rate search), validated; each point's
+  send offsets.
+- ``arrivals`` (pure): Poisson, gamma burstiness as vLLM's ``bench serve``
+  defines it, constant spacing, and piecewise rate profiles.
+- ``trace``: Mooncake-format JSONL traces, validated at the file boundary.
+- ``verdicts`` (pure): open-loop points judged by request rate on latency
+  and goodput; the rate policy and the running batch measured at its
+  threshold; max sustainable rates; profile and trace replays.
+- ``present`` (pure): those as the document's sentences and tables.
+
+The sending itself is findings.bench.client's open loop.
 """

@@ -157,6 +157,23 @@ def _replay_sentences(oc: OpenLoopConclusion) -> list[str]:
     return out
 
 
+def versus_all(oc: OpenLoopConclusion, config: str) -> str | None:
+    """Does ``config`` beat every other config over the replay? One plain
+    sentence with the verdict against each (None: it was not replayed)."""
+    others = [r.config for r in oc.replays if r.config != config]
+    if config not in {r.config for r in oc.replays} or not others:
+        return None
+    vs = {b: oc.replay_verdicts.get((config, b), "not compared") for b in others}
+    against = "; ".join(f"against {fmt.code(b)}: {v}" for b, v in vs.items())
+    if all(v == "win" for v in vs.values()):
+        head = f"**Yes**: {fmt.code(config)} beats every other config over the replay"
+    elif all(v in ("win", "tie") for v in vs.values()):
+        head = f"**Not strictly**: {fmt.code(config)} beats or ties every other config over the replay, beating not all"
+    else:
+        head = f"**No**: {fmt.code(config)} does not beat every other config over the replay"
+    return f"{head} ({against}; a loss when goodput under the SLO loses, else the median-TPOT verdict)."
+
+
 def sections(conclusions: Sequence[OpenLoopConclusion]) -> list[dict[str, Any]]:
     """One section per open-loop workload."""
     out = []
@@ -180,6 +197,7 @@ def sections(conclusions: Sequence[OpenLoopConclusion]) -> list[dict[str, Any]]:
             "replay_repeats": sorted({len(r.points) for r in oc.replays}),
             "replay_campaigns": sorted({r.campaign for r in oc.replays}),
             "replay_comparisons": _replay_sentences(oc),
+            "versus_all": {r.config: versus_all(oc, r.config) for r in oc.replays},
             "replay_best": (f"Over the whole replay, {fmt.code(best)} beats or ties every other config on the "
                             "verdict rule (goodput under the SLO, then median TPOT), and beats at least one."
                             if best else ("No config beats or ties every other over the whole replay on the verdict "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from findings import diskio
 from findings.errors import InputError
 from findings.load import arrivals, trace
 
@@ -35,7 +36,7 @@ DEFAULT_CAP = 512
 DEFAULT_ATTAINMENT = 0.9
 
 KEYS = {"request_rate", "burstiness", "duration_s", "max_concurrency", "profile", "trace", "time_scale",
-        "block_size", "slo_ttft_ms", "slo_tpot_ms", "slo_attainment"}
+        "block_size", "slo_ttft_ms", "slo_tpot_ms", "slo_attainment", "rate_search"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ class LoadSpec:
     trace_sha256: str | None = None
     time_scale: float = 1.0
     slo: Slo = Slo()
+    #: After the listed rates, this many more points per config, each at the
+    #: middle of the bracket around its max sustainable rate (a bisection).
+    rate_search: int = 0
 
     @property
     def cap(self) -> int:
@@ -131,6 +135,22 @@ def _burst(b: float) -> str | float:
     return "inf" if math.isinf(b) else b
 
 
+def next_search_rate(attainment: Mapping[float, float], target: float) -> float | None:
+    """The middle of the bracket around the max sustainable rate: between the
+    highest rate sustained with every lower one, and the lowest rate above it
+    that was not (None: no such bracket, or it is narrower than 2%)."""
+    lo = hi = None
+    for r in sorted(attainment):
+        if attainment[r] >= target and hi is None:
+            lo = r
+        elif attainment[r] < target:
+            hi = r
+            break
+    if lo is None or hi is None or (hi - lo) / hi < 0.02:
+        return None
+    return float(f"{(lo + hi) / 2:.4g}")
+
+
 def describe_phases(phases: tuple[arrivals.Phase, ...]) -> str:
     """``60s@0.5,120s@4,60s@0.5``: each phase's seconds and requests/s."""
     return ",".join(f"{p.duration_s:g}s@{p.rate:g}" for p in phases)
@@ -182,6 +202,12 @@ def parse(path: str, where: str, t: Mapping[str, Any], base: Path | None = None)
     for key in ("time_scale", "block_size"):
         if key in t and mode != "trace":
             raise InputError(path, None, f"{where}.{key}", "only with trace")
+    search = t.get("rate_search", 0)
+    if isinstance(search, bool) or not isinstance(search, int) or search < 0:
+        raise InputError(path, None, f"{where}.rate_search", f"expected an integer >= 0, got {search!r}")
+    if search and (mode != "rate" or not slo.set):
+        raise InputError(path, None, f"{where}.rate_search", "searches the max sustainable rate: needs "
+                         "request_rate and an SLO (slo_ttft_ms or slo_tpot_ms)")
     if mode == "rate":
         v = t["request_rate"]
         values = v if isinstance(v, list) else [v]
@@ -189,7 +215,7 @@ def parse(path: str, where: str, t: Mapping[str, Any], base: Path | None = None)
             raise InputError(path, None, f"{where}.request_rate", "expected a rate or a list of rates")
         rates = tuple(sorted({_number(path, f"{where}.request_rate", x, low=0) for x in values}))
         dur = _number(path, f"{where}.duration_s", t["duration_s"], low=0) if "duration_s" in t else None
-        return LoadSpec(mode="rate", rates=rates, duration_s=dur, **common)
+        return LoadSpec(mode="rate", rates=rates, duration_s=dur, rate_search=search, **common)
     if mode == "profile":
         raw = t["profile"]
         if not isinstance(raw, list) or not raw:
@@ -213,7 +239,8 @@ def parse(path: str, where: str, t: Mapping[str, Any], base: Path | None = None)
     p = Path(file).expanduser()
     if not p.is_absolute() and base is not None:
         p = base / p
-    tr = trace.load(p, block)
-    sha = hashlib.sha256(p.read_bytes()).hexdigest()
+    data = diskio.read_input(p, "trace file")
+    tr = trace.parse(str(p), data, block)
+    sha = hashlib.sha256(data).hexdigest()
     scale = _number(path, f"{where}.time_scale", t.get("time_scale", 1.0), low=0)
     return LoadSpec(mode="trace", trace=tr, trace_sha256=sha, time_scale=scale, **common)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from findings import jsonfast
+from findings import diskio, jsonfast
 from findings.errors import InputError
 
 #: Prompt tokens per hash id in the Mooncake traces.
@@ -92,13 +92,7 @@ def parse(path: str, data: bytes, block_size: int = MOONCAKE_BLOCK) -> Trace:
 
 def load(path: str | Path, block_size: int = MOONCAKE_BLOCK) -> Trace:
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise InputError(str(p), None, None, "is a folder, not a trace file") from None
-    except OSError as exc:
-        raise InputError(str(p), None, None, f"cannot read: {exc.strerror or exc}") from None
-    return parse(str(p), data, block_size)
+    return parse(str(p), diskio.read_input(p, "trace file"), block_size)
 
 
 def offsets(requests: Sequence[TraceRequest], time_scale: float = 1.0) -> tuple[float, ...]:

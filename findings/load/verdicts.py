@@ -34,7 +34,7 @@ findings.analysis:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from findings.analysis import LOSS, SIMULATED_SUFFIX, TIE, WIN, Rules, policy
@@ -181,6 +181,8 @@ class OpenLoopConclusion:
     replays: tuple[Replay, ...] = ()
     #: Every config against every other over the whole replay, per judged metric.
     replay_comparisons: tuple[ReplayComparison, ...] = ()
+    #: (config, other) -> the config's verdict against the other over the replay.
+    replay_verdicts: Mapping[tuple[str, str], str] = field(default_factory=dict)
     #: The config best over the replay (wins or ties against every other on
     #: the verdict rule, with a win somewhere); None: no such config.
     replay_best: str | None = None
@@ -260,9 +262,10 @@ def compare_cells(x: RateCell, y: RateCell, metric: str, rules: Rules, drift: fl
     higher = JUDGED[metric]
     num, den = (mx, my) if higher else (my, mx)
     if den <= 0:
-        if num <= 0:  # both zero (no goodput at all): no difference to judge
-            return RateComparison(metric, x.rate, x, y, 1.0, rules.noise_floor, paired)
-        return None
+        # Both zero (no goodput at all): no difference to judge; else the
+        # candidate has goodput where the reference has none: a win of no
+        # finite ratio.
+        return RateComparison(metric, x.rate, x, y, 1.0 if num <= 0 else math.inf, rules.noise_floor, paired)
     floor = rules.noise_floor
     ci = None
     vx, vy = x.values[metric], y.values[metric]
@@ -334,26 +337,36 @@ def _replay_comparisons(replays: Sequence[Replay], rules: Rules) -> list[ReplayC
                 if mx is None or my is None:
                     continue
                 num, den = (mx, my) if higher else (my, mx)
-                if den <= 0:
-                    continue
+                if den <= 0 and num <= 0:
+                    ratio = 1.0
+                else:
+                    ratio = num / den if den > 0 else math.inf
                 band = max(rules.noise_floor, x.spread(metric), y.spread(metric))
                 if x.campaign != y.campaign:
                     band += rules.noise_floor
-                out.append(ReplayComparison(x.config, y.config, metric, num / den, band))
+                out.append(ReplayComparison(x.config, y.config, metric, ratio, band))
     return out
 
 
-def _replay_best(configs: Sequence[str], comps: Sequence[ReplayComparison]) -> str | None:
-    def verdict(a: str, b: str) -> str | None:
-        mine = {c.metric: c for c in comps if c.config == a and c.against == b}
-        if "goodput_req_s" in mine and mine["goodput_req_s"].verdict == LOSS:
-            return LOSS
-        if "median_tpot_ms" in mine:
-            return mine["median_tpot_ms"].verdict
-        return mine["goodput_req_s"].verdict if "goodput_req_s" in mine else None
-
+def _replay_verdicts(configs: Sequence[str], comps: Sequence[ReplayComparison]) -> dict[tuple[str, str], str]:
+    """(a, b) -> a's verdict against b over the replay, on the rate verdict's
+    rule: a loss when goodput loses, else the median-TPOT verdict."""
+    out = {}
     for a in configs:
-        vs = [verdict(a, b) for b in configs if b != a]
+        for b in configs:
+            mine = {c.metric: c for c in comps if c.config == a and c.against == b}
+            if "goodput_req_s" in mine and mine["goodput_req_s"].verdict == LOSS:
+                out[(a, b)] = LOSS
+            elif "median_tpot_ms" in mine:
+                out[(a, b)] = mine["median_tpot_ms"].verdict
+            elif "goodput_req_s" in mine:
+                out[(a, b)] = mine["goodput_req_s"].verdict
+    return out
+
+
+def _replay_best(configs: Sequence[str], verdicts: Mapping[tuple[str, str], str]) -> str | None:
+    for a in configs:
+        vs = [verdicts.get((a, b)) for b in configs if b != a]
         if vs and all(v in (WIN, TIE) for v in vs) and WIN in vs:
             return a
     return None
@@ -397,10 +410,11 @@ def conclude(data: Dataset, rules: Rules, flags: Mapping[str, tuple[str, ...]]) 
         sus = tuple(sustained(table, c, attain) for c in table.configs) if attain is not None and table.rates else ()
         replays = _replays([p for p in pts if open_loop(p) in ("profile", "trace")], rank, rules.baseline)
         rcomps = _replay_comparisons(replays, rules)
+        rverdicts = _replay_verdicts([r.config for r in replays], rcomps)
         configs = table.configs or tuple(r.config for r in replays)
         out.append(OpenLoopConclusion(
             workload=name, simulated=name.endswith(SIMULATED_SUFFIX), mode=mode, configs=configs,
             rates=table.rates, latest=latest, candidates=tuple(cands), sustained=sus, slo=slo,
-            replays=tuple(replays), replay_comparisons=tuple(rcomps),
-            replay_best=_replay_best([r.config for r in replays], rcomps)))
+            replays=tuple(replays), replay_comparisons=tuple(rcomps), replay_verdicts=rverdicts,
+            replay_best=_replay_best([r.config for r in replays], rverdicts)))
     return tuple(out)

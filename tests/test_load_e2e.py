@@ -11,17 +11,20 @@ FINDINGS_LOAD_FULL=1 (`make test-load`); by default the same checks run on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from conftest import ROOT, cli, run_docs
-from test_bench_e2e import start_emulator
 
 from findings.load import trace as trace_mod
 
@@ -31,14 +34,38 @@ RATE = 20.0
 TRACE = ROOT / "tests" / "fixtures" / "load" / "mooncake-shared.jsonl"
 
 
+#: With two cores or more, the emulator runs on core 0 and this process (the
+#: client) on core 1 while a test measures send timing, as `make perf` pins
+#: them: on a shared core the OS preempts the client for milliseconds at a time.
+PIN = (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None and hasattr(os, "sched_setaffinity")
+
+
+@contextlib.contextmanager
+def client_core() -> Iterator[None]:
+    if not PIN:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {1})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 @pytest.fixture
 def emulator():
     procs: list[subprocess.Popen[str]] = []
 
     def start(*args: str) -> str:
-        proc, url = start_emulator(*args)
+        cmd = [sys.executable, "-m", "findings", "emulate", "--port", "0", *args]
+        proc = subprocess.Popen((["taskset", "-c", "0"] if PIN else []) + cmd, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on" in line, line
         procs.append(proc)
-        return url
+        return line.split("listening on ", 1)[1].split()[0]
 
     yield start
     for p in procs:
@@ -62,7 +89,8 @@ def _open(store: Path, url: str, *extra: str) -> None:
 @pytest.mark.parametrize("burstiness", [1.0, 0.5])
 def test_open_loop_sends_are_the_process_they_claim(emulator, store, burstiness):
     url = emulator("--speed", "20", "--ground-truth")
-    _open(store, url, "--request-rate", str(RATE), "--num-prompts", str(N), "--burstiness", str(burstiness))
+    with client_core():
+        _open(store, url, "--request-rate", str(RATE), "--num-prompts", str(N), "--burstiness", str(burstiness))
     m, req = _point(store)
     assert m["completed"] == N and m["failed"] == 0
     # The achieved rate (real sends) within 2% of the offered one (the schedule's).

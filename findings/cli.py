@@ -295,7 +295,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
         report = _run(runner.bench_attach, url, config, campaign, w, sweep, opts)
     click.echo(report.summary())
     if report.interrupted:
-        sys.exit(130)
+        sys.exit(128 + int(report.signal))  # 130 for Ctrl-C, 143 for SIGTERM, 129 for SIGHUP
     if report.problems:
         sys.exit(1)
 

@@ -245,6 +245,42 @@ def test_ctrl_c_keeps_finished_points(tmp_path, store):
         assert "--speed 2" not in cmd, f"emulator left running: {cmd}"
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_like_ctrl_c(tmp_path, store, sig):
+    """What `timeout`, a CI cancel, Slurm and `docker stop` send: the finished
+    points are kept, the summary printed, the exit code 128 + the signal,
+    and no launched server (or child of one) survives."""
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(MATRIX.replace("SPEED", "3"))
+    proc = subprocess.Popen([str(Path(PY).parent / "findings"), "--store", str(store), "bench", str(matrix),
+                             "--no-progress", "--log-dir", str(tmp_path / "logs")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list((store / "runs").glob("*.json"))) < 2:
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert f"interrupted by {signal.Signals(sig).name}: kept" in out and "every launched server stopped" in out
+    assert len(list((store / "runs").glob("*.json"))) >= 2 and not list((store / "runs").glob(".tmp-*"))
+    store_mod.load(store)
+    time.sleep(0.5)
+    ps = subprocess.run(["pgrep", "-f", "findings emulate --port"], capture_output=True, text=True)
+    for pid in ps.stdout.split():
+        if int(pid) == os.getpid():
+            continue
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        assert "--speed 3" not in cmd, f"emulator left running: {cmd}"
+
+
+def test_the_stop_signal_handlers_are_put_back():
+    from findings.bench.runner import STOP_SIGNALS, stop_signals
+    before = [signal.getsignal(s) for s in STOP_SIGNALS]
+    with stop_signals():
+        assert all(signal.getsignal(s) is not b for s, b in zip(STOP_SIGNALS, before))
+    assert [signal.getsignal(s) for s in STOP_SIGNALS] == before
+
+
 def test_dropped_connections_are_counted_as_resets(emulator, store):
     url = emulator("--profile", "baseline", "--speed", SPEED, "--drop-rate", "0.4", "--seed", "5")
     r = attach(store, url, concurrency="4")

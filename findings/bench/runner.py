@@ -8,16 +8,19 @@ point in flight, never a stored one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import hashlib
 import json
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from findings import __version__, diskio, sequential, serverinfo, store
 from findings.bench import host, launch, vocab
@@ -75,6 +78,8 @@ class BenchReport:
     #: --until-decided: one line per candidate and point.
     decisions: list[str] = field(default_factory=list)
     interrupted: bool = False
+    #: The signal that interrupted the run (SIGINT: Ctrl-C; SIGTERM, SIGHUP).
+    signal: int = signal.SIGINT
     #: The labels of the stored points ("baseline chat C=4 rep 1/1"), in order.
     labels: list[str] = field(default_factory=list)
     #: A write the disk refused stopped the run (the problem says what was kept where).
@@ -83,7 +88,9 @@ class BenchReport:
     def summary(self) -> str:
         head = f"stored {len(self.written)} points"
         if self.interrupted:
-            head = f"interrupted: kept {len(self.written)} finished points (the point in flight was dropped)"
+            by = "" if self.signal == signal.SIGINT else f" by {signal.Signals(self.signal).name}"
+            head = (f"interrupted{by}: kept {len(self.written)} finished points (the point in flight was "
+                    f"dropped; every launched server stopped)")
         if self.stopped:
             where = f" in {self.written[0].parent.parent}" if self.written else ""
             n = len(self.written)
@@ -95,6 +102,44 @@ class BenchReport:
 
 class _Stopped(Exception):
     """A store write was refused: measure nothing more."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, taken as Ctrl-C is: the finished points are kept and
+    every launched server is stopped (its whole process group)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+#: Signals a bench run stops on as on Ctrl-C: what `timeout`, a CI cancel,
+#: Slurm and `docker stop` send (SIGTERM), and a closed terminal (SIGHUP).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[None]:
+    """While measuring, SIGTERM and SIGHUP raise ``Terminated`` in the main
+    thread, once: a second one during the cleanup is ignored, so that the
+    servers are still stopped. The handlers before are put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        raise Terminated(signum)
+
+    before = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
 
 
 #: Labels kept apart (``name{label=value}``) rather than summed.
@@ -204,6 +249,19 @@ def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
     else:
         assert spec.url is not None
         url = spec.url
+    try:
+        return _describe(spec, sweep, opts, server, url)
+    except BaseException:
+        # Anything before the sweep's own cleanup takes over (a failed
+        # health check, Ctrl-C, SIGTERM while asking the server): stop it.
+        if server is not None:
+            server.stop()
+        raise
+
+
+def _describe(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions, server: launch.Server | None,
+              url: str) -> _Target:
+    """The target once its server answers: its facts, model and vocabulary."""
     control = Control(url, opts.api_key)
     try:
         if server is not None:
@@ -216,8 +274,6 @@ def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
         models = control.models()
     except BaseException:
         control.close()
-        if server is not None:
-            server.stop()
         raise
     try:
         facts = serverinfo.facts(info)
@@ -595,27 +651,35 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
                                 f"decided; workload {open_loop[0]!r} is an open loop (its verdicts are on "
                                 f"latency and goodput): run it without --until-decided")
     try:
-        for index, spec in enumerate(matrix.campaigns):
-            campaign = _campaign(spec.name + opts.campaign_suffix, opts, index, stamp)
-            if opts.until_decided is not None:
-                _until_decided_campaign(matrix, spec, campaign, opts, report, environment)
-                continue
-            for cname in spec.configs:
-                target = _connect_or_stop(matrix.configs[cname], spec, opts, report)
-                try:
-                    _check_store(target, opts)
-                    workloads = [matrix.workloads[w] for w in spec.workloads]
-                    _check_vocab(target, workloads)
-                    asyncio.run(_sweep_config(target, campaign, spec, workloads, opts, report, environment))
-                finally:
-                    target.control.close()
-                    if target.server is not None:
-                        target.server.stop()
-    except KeyboardInterrupt:
+        with stop_signals():
+            _campaigns(matrix, opts, report, environment, stamp)
+    except KeyboardInterrupt as exc:
         report.interrupted = True
+        report.signal = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
     except _Stopped:
         pass
     return report
+
+
+def _campaigns(matrix: Matrix, opts: BenchOptions, report: BenchReport, environment: dict[str, Scalar],
+               stamp: int) -> None:
+    """Every campaign of the matrix, each config's server stopped after its sweep."""
+    for index, spec in enumerate(matrix.campaigns):
+        campaign = _campaign(spec.name + opts.campaign_suffix, opts, index, stamp)
+        if opts.until_decided is not None:
+            _until_decided_campaign(matrix, spec, campaign, opts, report, environment)
+            continue
+        for cname in spec.configs:
+            target = _connect_or_stop(matrix.configs[cname], spec, opts, report)
+            try:
+                _check_store(target, opts)
+                workloads = [matrix.workloads[w] for w in spec.workloads]
+                _check_vocab(target, workloads)
+                asyncio.run(_sweep_config(target, campaign, spec, workloads, opts, report, environment))
+            finally:
+                target.control.close()
+                if target.server is not None:
+                    target.server.stop()
 
 
 def _connect_or_stop(config: ConfigSpec, spec: CampaignSpec, opts: BenchOptions, report: BenchReport) -> _Target:

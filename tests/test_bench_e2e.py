@@ -219,53 +219,32 @@ def test_server_dying_mid_sweep(tmp_path, store):
     store_mod.load(store)  # the store is intact and readable
 
 
-def test_ctrl_c_keeps_finished_points(tmp_path, store):
+def _stored(store: Path) -> list[Path]:
+    """Stored run files only: pathlib's glob also matches the writer's hidden temp files."""
+    return [p for p in (store / "runs").glob("*.json") if not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_keeps_finished_points_and_stops_every_server(tmp_path, store, sig):
+    """Ctrl-C, and what `timeout`, a CI cancel, Slurm and `docker stop` send
+    (SIGTERM) or a closed terminal (SIGHUP): the finished points are kept,
+    the summary printed, the exit code 128 + the signal (130 for Ctrl-C), and
+    no launched server (or child of one) survives."""
+    speed = {signal.SIGINT: "2"}.get(sig, "3")
     matrix = tmp_path / "m.toml"
-    matrix.write_text(MATRIX.replace("SPEED", "2"))
+    matrix.write_text(MATRIX.replace("SPEED", speed))
     proc = subprocess.Popen([str(Path(PY).parent / "findings"), "--store", str(store), "bench", str(matrix),
                              "--no-progress", "--log-dir", str(tmp_path / "logs")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len([p for p in (store / "runs").glob("*.json")
-                                               if not p.name.startswith(".")]) < 2:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "interrupted: kept" in out
-    kept = [p for p in (store / "runs").glob("*.json") if not p.name.startswith(".")]
-    assert len(kept) >= 2
-    assert not list((store / "runs").glob(".tmp-*"))
-    store_mod.load(store)
-    # no emulator left running
-    time.sleep(0.5)
-    ps = subprocess.run(["pgrep", "-f", f"findings emulate --port"], capture_output=True, text=True)
-    mine = [pid for pid in ps.stdout.split() if int(pid) != os.getpid()]
-    for pid in mine:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        assert "--speed 2" not in cmd, f"emulator left running: {cmd}"
-
-
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_sigterm_and_sighup_stop_like_ctrl_c(tmp_path, store, sig):
-    """What `timeout`, a CI cancel, Slurm and `docker stop` send: the finished
-    points are kept, the summary printed, the exit code 128 + the signal,
-    and no launched server (or child of one) survives."""
-    matrix = tmp_path / "m.toml"
-    matrix.write_text(MATRIX.replace("SPEED", "3"))
-    proc = subprocess.Popen([str(Path(PY).parent / "findings"), "--store", str(store), "bench", str(matrix),
-                             "--no-progress", "--log-dir", str(tmp_path / "logs")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    deadline = time.monotonic() + 60
-    # Stored run files only: pathlib's glob also matches the writer's hidden temp files.
-    while time.monotonic() < deadline and len([p for p in (store / "runs").glob("*.json")
-                                               if not p.name.startswith(".")]) < 2:
+    while time.monotonic() < deadline and len(_stored(store)) < 2:
         time.sleep(0.1)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, (proc.returncode, err)
-    assert f"interrupted by {signal.Signals(sig).name}: kept" in out and "every launched server stopped" in out
-    assert len([p for p in (store / "runs").glob("*.json") if not p.name.startswith(".")]) >= 2
+    by = "" if sig == signal.SIGINT else f" by {signal.Signals(sig).name}"
+    assert f"interrupted{by}: kept" in out and "every launched server stopped" in out
+    assert len(_stored(store)) >= 2
     assert not list((store / "runs").glob(".tmp-*"))
     store_mod.load(store)
     time.sleep(0.5)
@@ -274,7 +253,7 @@ def test_sigterm_and_sighup_stop_like_ctrl_c(tmp_path, store, sig):
         if int(pid) == os.getpid():
             continue
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        assert "--speed 3" not in cmd, f"emulator left running: {cmd}"
+        assert f"--speed {speed}" not in cmd, f"emulator left running: {cmd}"
 
 
 def test_the_stop_signal_handlers_are_put_back():

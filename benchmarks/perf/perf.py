@@ -165,17 +165,24 @@ def error_metrics(per_request: list[tuple[int, float, list[float]]], c: int) -> 
     return out
 
 
-def ours(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, timeout: float) -> dict[str, float]:
+def _bench(emu: Emulator, work: Path, tag: str, load: list[str], n: int, out_len: int,
+           timeout: float) -> tuple[dict[str, Any], float, float]:
+    """One `findings bench --url` point (``load``: its --concurrency or
+    --request-rate option) pinned to core 1; (the stored point, wall s, CPU s)."""
     store = work / f"store-{tag}"
     cmd = [*pin(1), str(FINDINGS), "--store", str(store), "bench", "--url", emu.url, "--config", "perf",
-           "--campaign", f"perf-{tag}", "--workload", "perf", "--concurrency", str(c), "--num-prompts", str(n),
+           "--campaign", f"perf-{tag}", "--workload", "perf", *load, "--num-prompts", str(n),
            "--input-len", "32", "--output-len", str(out_len), "--prompts", "random-ids", "--warmup", "2",
            "--no-progress", "--read-timeout", "120"]
     rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
     files = sorted((store / "runs").glob("*.json")) if (store / "runs").is_dir() else []
     if rc != 0 or not files:
         raise SystemExit(f"perf: findings bench failed (exit {rc}); log {work / f'client-{tag}.log'}")
-    point = crosscheck.first_point(files[-1])
+    return crosscheck.first_point(files[-1]), wall, cpu
+
+
+def ours(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, timeout: float) -> dict[str, float]:
+    point, wall, cpu = _bench(emu, work, tag, ["--concurrency", str(c)], n, out_len, timeout)
     m = point["metrics"]
     events = sum(len(e) for e in point["requests"]["event_s"])
     keep = ("output_throughput_tok_s", "client_loop_lag_p99_ms", "client_cpu_fraction", "completed",
@@ -282,16 +289,7 @@ def _arrival_ks(emu: Emulator, rate: float, warmup: int) -> dict[str, float]:
 
 def ours_open(emu: Emulator, work: Path, tag: str, rate: float, n: int, out_len: int,
               timeout: float) -> dict[str, float]:
-    store = work / f"store-{tag}"
-    cmd = [*pin(1), str(FINDINGS), "--store", str(store), "bench", "--url", emu.url, "--config", "perf",
-           "--campaign", f"perf-{tag}", "--workload", "perf", "--request-rate", f"{rate:g}", "--num-prompts",
-           str(n), "--input-len", "32", "--output-len", str(out_len), "--prompts", "random-ids", "--warmup", "2",
-           "--no-progress", "--read-timeout", "120"]
-    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
-    files = sorted((store / "runs").glob("*.json")) if (store / "runs").is_dir() else []
-    if rc != 0 or not files:
-        raise SystemExit(f"perf: findings bench failed (exit {rc}); log {work / f'client-{tag}.log'}")
-    point = crosscheck.first_point(files[-1])
+    point, wall, cpu = _bench(emu, work, tag, ["--request-rate", f"{rate:g}"], n, out_len, timeout)
     m = point["metrics"]
     keep = ("output_throughput_tok_s", "send_lateness_p50_ms", "send_lateness_p99_ms", "send_lateness_max_ms",
             "offered_rate_req_s", "achieved_rate_req_s", "client_loop_lag_p99_ms", "completed", "failed",

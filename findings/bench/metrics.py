@@ -255,7 +255,7 @@ def _lateness(r: RequestRecord) -> float:
 def open_loop(outcome: PointOutcome, phase_ends: Sequence[float] = (),
               slo: tuple[float | None, float | None] | None = None) -> dict[str, float]:
     """An open-loop point: the schedule's offered rate against what was sent,
-    the client's send lateness (dispatched - due) and the wait for a slot
+    the client's send lateness (written - due) and the wait for a slot
     under the cap, the requests in flight over time, goodput under the SLO;
     per phase of a profile (``phase_ends``: seconds from the start) the same
     as ``phase.{i}.*``."""
@@ -298,8 +298,7 @@ def open_loop(outcome: PointOutcome, phase_ends: Sequence[float] = (),
         if run:
             m[phase_key(i, "server_running_mean")] = sum(run) / len(run)
             m[phase_key(i, "server_running_p50")] = percentile(run, 50)
-        flight = [(r.sent, r.end if r.end is not None else r.sent) for r in recs if r.sent]
-        for name, v in _in_flight(flight, start + a, start + b).items():
+        for name, v in _in_flight(spans, start + a, start + b).items():
             m[phase_key(i, name)] = v
     return m
 

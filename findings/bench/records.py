@@ -55,12 +55,10 @@ class RequestRecord:
     category: str | None = None
     #: The reply's text, kept only while a later turn needs it (never stored).
     reply: list[str] | None = None
-    #: An open loop's first turns: when the send was due on the schedule,
-    #: when the transport's wait for that time ended (the body is written
-    #: next: ``sent``), and when a slot under the cap was free (perf_counter
-    #: seconds); None in a closed loop.
+    #: An open loop's first turns: when the send was due on the schedule, and
+    #: when a slot under the cap was free (perf_counter seconds; the body's
+    #: write is ``sent``); None in a closed loop.
     scheduled: float | None = None
-    dispatched: float | None = None
     admitted: float | None = None
 
     @property

@@ -321,8 +321,8 @@ def _run_id(doc: dict[str, Any]) -> tuple[str, str]:
 
 def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workload, sweep: Sweep,
                concurrency: int, repeat: int, outcome: PointOutcome, started_wall: str,
-               environment: dict[str, Scalar], conversations: int | None = None, rate: float | None = None) -> Run:
-    metrics = derive(outcome)
+               environment: dict[str, Scalar], metrics: dict[str, float], conversations: int | None = None,
+               rate: float | None = None) -> Run:
     requests = raw_columns(outcome)
     source = "simulated" if target.simulated else "runner"
     params: dict[str, Scalar] = {**w.params(), "num_prompts": outcome.planned, "api": sweep.api,
@@ -386,8 +386,7 @@ def _refused(opts: BenchOptions, report: BenchReport, run: Run, label: str, exc:
     report.stopped = True
 
 
-def _point_line(label: str, outcome: PointOutcome) -> str:
-    m = derive(outcome)
+def _point_line(label: str, outcome: PointOutcome, m: dict[str, float]) -> str:
     parts = [f"{label}: {int(m['completed'])}/{outcome.planned} ok",
              f"{m.get('output_throughput_tok_s', 0):.1f} tok/s"]
     if "median_ttft_ms" in m:
@@ -420,10 +419,10 @@ class _Driver:
         return running_gauge_text(await self.transport.get_text("/metrics"))
 
     async def point(self, campaign: Campaign, w: Workload, c: int, repeat: int, of: int | str,
-                    rate: float | None = None) -> PointOutcome:
+                    rate: float | None = None) -> dict[str, float]:
         """Measure and store one point (an open loop's at ``rate``, or over its
-        profile or trace); raise _Stopped if the store refused it, _Gone if
-        the server died."""
+        profile or trace) and return its metrics; raise _Stopped if the store
+        refused it, _Gone if the server died."""
         target, sweep = self.target, self.sweep
         ids_below = target.vocab[0] if target.vocab is not None else None
         load = w.load
@@ -453,9 +452,10 @@ class _Driver:
         every = sweep.running_sample_s
         outcome = await run_point(self.transport, plan, self.progress.tick, self.scrape,
                                   self.sample if every > 0 else None, every)
-        self.progress.end(_point_line(label, outcome))
+        metrics = derive(outcome)  # once: the summary line, the stored point and the caller's decisions
+        self.progress.end(_point_line(label, outcome, metrics))
         run = _point_run(self.opts, target, campaign, w, sweep, c, repeat, outcome, started_wall, self.environment,
-                         conversations=len(prompts), rate=rate)
+                         metrics, conversations=len(prompts), rate=rate)
         try:
             path = store.add_run(self.opts.store, run)
         except diskio.DiskError as exc:
@@ -466,7 +466,7 @@ class _Driver:
         if _server_gone(target, outcome):
             self.report.problems.append(_gone_message(target))
             raise _Gone
-        return outcome
+        return metrics
 
 
 def _load_label(w: Workload, c: int, rate: float | None) -> str:
@@ -500,9 +500,9 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
             attained: dict[float, list[float]] = {}
             for c, rate in load_axis(w, sweep):
                 for repeat in range(1, sweep.repeats + 1):
-                    outcome = await driver.point(campaign, w, c, repeat, sweep.repeats, rate)
+                    metrics = await driver.point(campaign, w, c, repeat, sweep.repeats, rate)
                     if rate is not None:
-                        attained.setdefault(rate, []).append(derive(outcome).get("slo_attainment", 0.0))
+                        attained.setdefault(rate, []).append(metrics.get("slo_attainment", 0.0))
             load = w.load
             for _ in range(load.rate_search if load is not None else 0):
                 assert load is not None
@@ -511,8 +511,8 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
                 if rate is None:
                     break
                 for repeat in range(1, sweep.repeats + 1):
-                    outcome = await driver.point(campaign, w, load.cap, repeat, sweep.repeats, rate)
-                    attained.setdefault(rate, []).append(derive(outcome).get("slo_attainment", 0.0))
+                    metrics = await driver.point(campaign, w, load.cap, repeat, sweep.repeats, rate)
+                    attained.setdefault(rate, []).append(metrics.get("slo_attainment", 0.0))
     except _Gone:
         return
     finally:
@@ -541,8 +541,8 @@ async def _sweep_until_decided(targets: dict[str, _Target], campaign: Campaign, 
                 for r in range(1, until.max_repeats + 1):
                     order = [base, *open_] if r % 2 else [*open_, base]
                     for name in order:
-                        outcome = await drivers[name].point(campaign, w, c, r, f"≤{until.max_repeats}")
-                        tput = derive(outcome).get("output_throughput_tok_s")
+                        tput = (await drivers[name].point(campaign, w, c, r, f"≤{until.max_repeats}")
+                                ).get("output_throughput_tok_s")
                         if tput is None:
                             report.problems.append(f"{name} {w.name} C={c}: every request failed; "
                                                    f"no sequential decision at this C")

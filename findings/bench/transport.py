@@ -52,7 +52,7 @@ class StreamTransport(Protocol):
         for server or network faults: they become ``rec.error``/``error_type``.
         ``due``: the perf_counter time the body must reach the socket (an open
         loop's schedule): everything before the write is done first, the write
-        waits for it (``rec.dispatched``: when the wait ended)."""
+        waits for it."""
         ...
 
     async def get_text(self, path: str) -> str | None:
@@ -82,18 +82,16 @@ class _DuePayload(aiohttp.payload.BytesPayload):
     socket in one write at ``due``, after the request was built and a
     connection taken beforehand."""
 
-    def __init__(self, value: bytes, due: float, rec: RequestRecord) -> None:
+    def __init__(self, value: bytes, due: float) -> None:
         super().__init__(value, content_type="application/json")
-        self._due, self._rec = due, rec
+        self._due = due
 
     async def write(self, writer: Any) -> None:
         await until(self._due)
-        self._rec.dispatched = time.perf_counter()
         await super().write(writer)
 
     async def write_with_length(self, writer: Any, content_length: int | None) -> None:
         await until(self._due)
-        self._rec.dispatched = time.perf_counter()
         await super().write_with_length(writer, content_length)
 
 
@@ -245,7 +243,7 @@ class AiohttpTransport:
     async def send(self, req: Request, rec: RequestRecord, parser: Parser, due: float | None = None) -> None:
         assert self.session is not None
         raw = jsonfast.dumps(req.body)
-        body: bytes | _DuePayload = raw if due is None else _DuePayload(raw, due, rec)
+        body: bytes | _DuePayload = raw if due is None else _DuePayload(raw, due)
         clock = time.perf_counter
         rec.sent_wall = time.time()
         rec.sent = clock()
@@ -339,7 +337,6 @@ class HttpxTransport:
         body = jsonfast.dumps(req.body)
         if due is not None:  # httpx builds and writes in one call: wait first
             await until(due)
-            rec.dispatched = time.perf_counter()
         clock = time.perf_counter
         rec.sent_wall = time.time()
         rec.sent = clock()

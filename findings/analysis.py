@@ -26,6 +26,9 @@ from findings.stats import ratio_bounds, ratio_ci, window_series
 from findings.validity import Gates, flagged
 
 WIN, TIE, LOSS = "win", "tie", "loss"
+#: A comparison whose band is the baseline's drift beyond ``Rules.drift_cap``:
+#: a tie there would only say the baseline wanders too far to judge (D89).
+NOT_COMPARABLE = "not comparable"
 POLICIES = ("always-on", "off", "no-difference", "on-below", "on-above", "inconclusive")
 SIMULATED_SUFFIX = " (simulated)"
 
@@ -45,6 +48,11 @@ class Rules:
     #: at each C (0: all of them). Years of nightly campaigns would otherwise
     #: widen every band until nothing can win (docs/decisions.md D52).
     drift_window: int = 10
+    #: The widest drift band a verdict is given under: beyond it (the
+    #: baseline's campaign means at a C spread more than this), a comparison
+    #: is "not comparable" rather than a tie (D89). The llama.cpp tier's
+    #: widest real drift is 37%.
+    drift_cap: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +93,8 @@ class Comparison:
     #: the ratio inside the band, or every resampled ratio on one side of 1.
     ci: tuple[float, float] | None = None
     method: str = "band"  # "band" | "bootstrap-repeats" | "bootstrap-blocks"
+    #: The drift is beyond Rules.drift_cap: no verdict.
+    capped: bool = False
 
     @property
     def delta(self) -> float:
@@ -92,7 +102,10 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        """Beyond the band, and (with an interval) the interval excludes 1."""
+        """Beyond the band, and (with an interval) the interval excludes 1;
+        no verdict at all under a drift band beyond the cap."""
+        if self.capped:
+            return NOT_COMPARABLE
         if self.delta > self.band and (self.ci is None or self.ci[0] > 1.0):
             return WIN
         if self.delta < -self.band and (self.ci is None or self.ci[1] < 1.0):
@@ -127,9 +140,16 @@ class Best:
     config: str
     cell: Cell
     lead: Comparison | None  # best against runner-up; None if alone
+    #: When the baseline is one of the two: the candidate of the pair against
+    #: the baseline, the same cells in the verdicts' direction. Prose quotes
+    #: it, and it decides ``decisive``, so a best line never reads -7.6%
+    #: where the policy reads +8.2%, nor leads where the verdict ties.
+    versus: Comparison | None = None
 
     @property
     def decisive(self) -> bool:
+        if self.versus is not None:
+            return self.versus.verdict == (WIN if self.versus.a.config == self.config else LOSS)
         return self.lead is not None and self.lead.verdict == WIN
 
     @property
@@ -356,7 +376,8 @@ class Table:
         lazy = self.verdicts_only if verdict_only is None else verdict_only
         if samples is not None and not (lazy and _verdict_settled(samples, delta, band)):
             ci = self._ci(samples[0], samples[1], a, b)
-        return Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci, method=method)
+        return Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci, method=method,
+                          capped=drift > self.rules.drift_cap)
 
     def _ci(self, a: tuple[float, ...], b: tuple[float, ...], ca: Cell, cb: Cell) -> tuple[float, float] | None:
         lo, hi = ratio_ci(a, b, self.rules.confidence, self.rules.resamples,
@@ -406,7 +427,9 @@ def _verdict_settled(samples: tuple[tuple[float, ...], tuple[float, ...]], delta
 # ---------------------------------------------------------------- policy
 
 def policy(verdicts: list[tuple[int, str]]) -> tuple[str, int | None]:
-    """The policy vocabulary of docs/architecture.md, from verdicts sorted by C."""
+    """The policy vocabulary of docs/architecture.md, from verdicts sorted by C
+    (a C whose comparison is not comparable counts as not compared)."""
+    verdicts = [(c, v) for c, v in verdicts if v != NOT_COMPARABLE]
     seq = [v for _, v in verdicts]
     concs = [c for c, _ in verdicts]
     wins = [i for i, v in enumerate(seq) if v == WIN]
@@ -435,14 +458,21 @@ def _best(table: Table, regime: str, scored: list[tuple[float, str, Cell]]) -> B
         return None
     scored.sort(key=lambda s: (-s[0], table.config_order(s[1])))
     _, best, cell = scored[0]
-    lead = None
+    lead = versus = None
     if len(scored) > 1:
         _, runner, runner_cell = scored[1]
+        base = table.rules.baseline
         if regime == "latency":
             lead = table.compare(best, runner, cell.concurrency, verdict_only=True)
+            if best == base:
+                versus = table.compare(runner, best, cell.concurrency, verdict_only=True)
         else:
             lead = table.compare_cells(cell, runner_cell, verdict_only=True)
-    return Best(regime=regime, config=best, cell=cell, lead=lead)
+            if best == base:
+                versus = table.compare_cells(runner_cell, cell, verdict_only=True)
+        if runner == base:
+            versus = lead
+    return Best(regime=regime, config=best, cell=cell, lead=lead, versus=versus)
 
 
 def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> WorkloadConclusion:

@@ -30,14 +30,29 @@ class Context:
             store=self.store, baseline=self.baseline, noise_floor=self.noise_floor)
 
 
+class _NotAStore(click.ClickException):
+    """A reader pointed at a path that is not a store: exit 2, so a typo'd
+    --store in a CI gate never passes green (errors.NotAStoreError)."""
+
+    exit_code = 2
+
+
 def _run(fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except FindingsError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise (_NotAStore if exc.exit_code == _NotAStore.exit_code else click.ClickException)(str(exc)) from None
     except OSError as exc:  # a refusal no write site described: still one line, never a traceback
         where = f"{exc.filename}: " if exc.filename else ""
         raise click.ClickException(f"{where}{cause(exc)} (the command stopped there)") from None
+
+
+_ALLOW_HELP = ("Store a workload name under a new definition (other lengths, prompts, ignore_eos or API): "
+               "the workload really changed. Else such a write is refused.")
+
+
+def _checks(s: Settings, allow_workload_change: bool) -> ingest_lib.Checks:
+    return ingest_lib.Checks(baseline=s.rules.baseline, allow_workload_change=allow_workload_change)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,12 +83,14 @@ def ingest() -> None:
 @click.option("--configs", metavar="CONFIGS.csv", default=None, help="Config facts, one row per config.")
 @click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML).")
 @click.option("--skip-existing", is_flag=True, help="Ingest only rows not already in the store.")
+@click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP)
 @click.pass_obj
 def ingest_table(obj: Context, file: str, configs: str | None, environment: str | None,
-                 skip_existing: bool) -> None:
+                 skip_existing: bool, allow_workload_change: bool) -> None:
     """Import a long CSV table (campaign, workload, config, concurrency, output_throughput_tok_s)."""
     s = _run(obj.settings)
-    click.echo(_run(ingest_lib.ingest_table, s.store, file, configs, environment, skip_existing).summary())
+    click.echo(_run(ingest_lib.ingest_table, s.store, file, configs, environment, skip_existing,
+                    _checks(s, allow_workload_change)).summary())
 
 
 def _labelled_file_options(fn: Any) -> Any:
@@ -88,14 +105,15 @@ def _labelled_file_options(fn: Any) -> Any:
                      help="C for results that do not record their max concurrency."),
         click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML)."),
         click.option("--skip-existing", is_flag=True, help="Ingest only records not already in the store."),
+        click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP),
     ]):
         fn = option(fn)
     return fn
 
 
-def _ingest_labelled(obj: Context, fn: Any, file: str, **kw: Any) -> None:
+def _ingest_labelled(obj: Context, fn: Any, file: str, allow_workload_change: bool, **kw: Any) -> None:
     s = _run(obj.settings)
-    click.echo(_run(fn, s.store, file, **kw).summary())
+    click.echo(_run(fn, s.store, file, checks=_checks(s, allow_workload_change), **kw).summary())
 
 
 @ingest.command("sglang-bench")
@@ -131,7 +149,7 @@ def ingest_aiperf(obj: Context, /, file: str, **kw: Any) -> None:
 def ingest_recovery(obj: Context, file: str) -> None:
     """Store the runs of a recovery file that `findings bench` wrote when the store's disk refused them."""
     s = _run(obj.settings)
-    click.echo(_run(ingest_lib.ingest_recovery, s.store, file).summary())
+    click.echo(_run(ingest_lib.ingest_recovery, s.store, file, _checks(s, False)).summary())
 
 
 @ingest.command("auto")
@@ -146,11 +164,12 @@ def ingest_recovery(obj: Context, file: str) -> None:
 @click.option("--configs", metavar="CONFIGS.csv", default=None, help="Table format: config facts.")
 @click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML).")
 @click.option("--skip-existing", is_flag=True, help="Ingest only records not already in the store.")
+@click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP)
 @click.pass_obj
-def ingest_auto(obj: Context, /, file: str, **kw: Any) -> None:
+def ingest_auto(obj: Context, /, file: str, allow_workload_change: bool, **kw: Any) -> None:
     """Detect the format of FILE (table, sglang-bench, vllm-bench, aiperf), say which, and import it."""
     s = _run(obj.settings)
-    fmt_name, result = _run(ingest_lib.ingest_auto, s.store, file, **kw)
+    fmt_name, result = _run(ingest_lib.ingest_auto, s.store, file, checks=_checks(s, allow_workload_change), **kw)
     click.echo(f"detected format: {fmt_name} ({result.detected_by})")
     click.echo(result.summary())
 
@@ -239,6 +258,9 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
               help="Attach mode, --request-rate with an SLO: then N more points bisecting the max sustainable rate.")
 @click.option("--date", default=None, metavar="YYYY-MM-DD", help="Campaign date (default: today, UTC).")
 @click.option("--campaign-suffix", default="", help="Appended to every campaign name (e.g. a timestamp).")
+@click.option("--append", is_flag=True,
+              help="Add points to a campaign already in the store (else a campaign that exists is refused).")
+@click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP)
 @click.option("--log-dir", default=None, metavar="DIR", help="Server logs (launch mode). Default: build/logs.")
 @click.option("--api-key", envvar="FINDINGS_API_KEY", default=None,
               help="Bearer token for the server (or $FINDINGS_API_KEY). Never stored.")
@@ -260,7 +282,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
           load_profile: str | None, trace: str | None, time_scale: float | None, block_size: int | None,
           slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_attainment: float | None,
           rate_search: int | None, date: str | None,
-          campaign_suffix: str,
+          campaign_suffix: str, append: bool, allow_workload_change: bool,
           log_dir: str | None, api_key: str | None, no_progress: bool, until_decided: bool, max_repeats: int,
           max_minutes: float | None) -> None:
     """Run a benchmark matrix (MATRIX.toml), or attach to a server with --url."""
@@ -272,7 +294,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
         raise click.UsageError("--until-decided needs a MATRIX (a campaign with the baseline and candidates)")
     opts = _run(runner.options, s, date=date, campaign_suffix=campaign_suffix, log_dir=log_dir,
                 api_key=api_key, progress=not no_progress, until_decided=until_decided, max_repeats=max_repeats,
-                max_minutes=max_minutes)
+                max_minutes=max_minutes, append=append, allow_workload_change=allow_workload_change)
     if matrix is not None:
         if url is not None:
             raise click.UsageError("give either MATRIX or --url, not both")
@@ -466,6 +488,49 @@ def store_migrate(obj: Context) -> None:
                    f"{after:,} after (run files and sidecars)")
 
 
+@store_group.command("list")
+@click.option("--runs", "show_runs", is_flag=True, help="Also one line per run (its id, source, labels).")
+@click.pass_obj
+def store_list(obj: Context, show_runs: bool) -> None:
+    """Campaigns, configs and workloads with their counts (and, with --runs, the runs)."""
+    from findings.labels import amend
+
+    s = _run(obj.settings)
+    click.echo(_run(amend.listing, s.store, show_runs))
+
+
+@store_group.command("retract")
+@click.argument("run_id")
+@click.option("--why", required=True, metavar="TEXT", help="Why the run is removed (recorded in the store).")
+@click.pass_obj
+def store_retract(obj: Context, run_id: str, why: str) -> None:
+    """Remove a run and its sidecar, recording who, when and why (the methodology lists it)."""
+    from findings.labels import amend
+
+    s = _run(obj.settings)
+    done = _run(amend.retract, s.store, run_id, why)
+    click.echo(f"{done.line()} (recorded in {done.path})")
+
+
+@store_group.command("relabel")
+@click.argument("run_id")
+@click.option("--config", default=None, metavar="NEW|OLD=NEW", help="Rename the run's config.")
+@click.option("--workload", default=None, metavar="NEW|OLD=NEW", help="Rename the run's workload.")
+@click.option("--campaign", default=None, metavar="NEW|OLD=NEW", help="Move the run's points to another campaign.")
+@click.option("--why", default="", metavar="TEXT", help="Why (recorded in the store).")
+@click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP)
+@click.pass_obj
+def store_relabel(obj: Context, run_id: str, config: str | None, workload: str | None, campaign: str | None,
+                  why: str, allow_workload_change: bool) -> None:
+    """Rewrite a run's labels atomically, checked as a new run would be."""
+    from findings.labels import amend
+
+    s = _run(obj.settings)
+    done = _run(amend.relabel, s.store, run_id, config=config, workload=workload, campaign=campaign, why=why,
+                baseline=s.rules.baseline, allow_workload_change=allow_workload_change)
+    click.echo(f"{done.line()} (recorded in {done.path})")
+
+
 @main.command()
 @click.argument("base_ref", required=False)
 @click.pass_obj
@@ -500,3 +565,38 @@ def render(obj: Context, output: str | None, check: bool) -> None:
         click.echo(f"{result.path} is up to date")
     else:
         click.echo(f"{'wrote' if result.changed else 'unchanged'} {result.path}")
+
+
+# ------------------------------------------------- global options, after the command too
+
+def _set_global(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is not None and param.name is not None:
+        setattr(ctx.find_object(Context), param.name, value)
+
+
+def _global_options() -> list[click.Option]:
+    """``findings ingest aiperf F --store X`` works as ``findings --store X
+    ingest aiperf F`` does: the global options are also every command's, and
+    the one after the command wins."""
+    return [
+        click.Option(["--store"], metavar="DIR", default=None, expose_value=False, callback=_set_global,
+                     help="As the global --store (accepted after the command too)."),
+        click.Option(["--settings", "settings_file"], metavar="FILE", default=None, expose_value=False,
+                     callback=_set_global, help="As the global --settings."),
+        click.Option(["--baseline"], metavar="NAME", default=None, expose_value=False, callback=_set_global,
+                     help="As the global --baseline."),
+        click.Option(["--noise-floor", "noise_floor"], type=float, metavar="FRACTION", default=None,
+                     expose_value=False, callback=_set_global, help="As the global --noise-floor."),
+    ]
+
+
+def _accept_globals(group: click.Group) -> None:
+    for cmd in group.commands.values():
+        if isinstance(cmd, click.Group):
+            _accept_globals(cmd)
+        elif cmd is not emulate:  # the emulator reads no store and no settings
+            taken = {o for p in cmd.params for o in getattr(p, "opts", [])}
+            cmd.params.extend(o for o in _global_options() if not taken & set(o.opts))
+
+
+_accept_globals(main)

@@ -66,6 +66,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
             failures_unknown: list[str] | None = None,
             steps: list[regressions.Move] | None = None,
             drift: list[regressions.Move] | None = None,
+            suspect: list[regressions.Move] | None = None,
             baseline_moved: dict[str, dict[str, regressions.BaselineMoved]] | None = None,
             by_category: list[Difference] | None = None,
             open_loop: Sequence[OpenLoopConclusion] = ()) -> dict[str, Any]:
@@ -115,6 +116,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
         "by_category": [d.to_json() for d in by_category or []],
         "regressions": [regressions.to_json(m) for m in steps or []],
         "drift": [regressions.to_json(m) for m in drift or []],
+        "suspect": [regressions.to_json(m) for m in suspect or []],
         "history": [
             {
                 "campaign": e.campaign.name,

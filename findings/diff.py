@@ -212,12 +212,12 @@ class Side:
 
 def derive(data: Dataset, settings: Settings) -> Side:
     rules = settings.rules
-    valid = cells(data, rules)
-    done = regressions.conclude_with_steps(data, rules, valid)
+    done = regressions.conclude_with_steps(data, rules, cells(data, rules))
+    valid = done.cells
     return Side(
         data=data,
         json=to_json(done.conclusions, replay(data, rules, valid, done.moves), steps=done.steps,
-                     drift=done.drift, baseline_moved=done.baseline_moved),
+                     drift=done.drift, suspect=done.suspect, baseline_moved=done.baseline_moved),
         cells={(c.campaign, c.workload, c.config, c.concurrency): c for c in cells(data)},
         tables={
             (campaign, workload, comp.a.config, comp.concurrency): comp
@@ -225,10 +225,6 @@ def derive(data: Dataset, settings: Settings) -> Side:
             for comp in comps
         },
     )
-
-
-def _load_base(top: Path, base: Base, store_rel: str) -> Dataset:
-    return store.merge(runs_at(top, base.commit, store_rel))
 
 
 def diff_markdown(settings: Settings, base_ref: str | None = None) -> str:
@@ -241,8 +237,13 @@ def diff_markdown(settings: Settings, base_ref: str | None = None) -> str:
         short = _git(top, "rev-parse", "--short", base.commit).decode().strip() or short
     except _GitFailed:
         pass
-    before = derive(_load_base(top, base, store_rel), settings)
-    after = derive(store.load(settings.store), settings)
+    base_runs = runs_at(top, base.commit, store_rel)
+    before = derive(store.merge(base_runs), settings)
+    if not base_runs or (settings.store / store.RUNS).is_dir():
+        data = store.load(settings.store)  # neither side a store: a typo'd --store, exit 2
+    else:
+        data = store.merge([])  # the change removes the store
+    after = derive(data, settings)
     label = f"{fmt.code(base.ref)} ({'merge base ' if base.merge_base else ''}{short})"
     return summary(before, after, label, settings)
 

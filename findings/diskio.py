@@ -200,3 +200,17 @@ def open_append(path: Path) -> int:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     except OSError as exc:
         raise DiskError(path, exc) from None
+
+
+def remove(path: Path) -> None:
+    """Delete a file, and sync its folder, or DiskError (a file already gone is no error)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DiskError(path, exc, "cannot remove") from None
+    try:
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise DiskError(path.parent, exc, "removed, but the folder could not be synced") from None

@@ -38,22 +38,24 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
     """The document text, and the plots it links to (file name -> chart data):
     from the render cache (findings/rendercache.py) when nothing it depends
     on changed."""
+    from findings.labels import amend
     found = rendercache.scan(settings.store)
+    acts = [a.line() for a in amend.amendments(settings.store)]  # the methodology lists them
     slot = f"{document}|{settings.template}"
-    key = rendercache.document_key(found, settings.templates, settings, str(document))
+    key = rendercache.document_key(found, settings.templates, settings, str(document), acts)
     hit = rendercache.get_document(found, slot, key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    built = _derive(settings, document, rendercache.load(settings.store, found))
+    built = _derive(settings, document, rendercache.load(settings.store, found), acts)
     rendercache.put_document(found, slot, key, built)
     return built
 
 
-def _derive(settings: Settings, document: Path, data: Dataset) -> tuple[str, dict[str, Any]]:
+def _derive(settings: Settings, document: Path, data: Dataset, acts: list[str]) -> tuple[str, dict[str, Any]]:
     if not data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
     doc = report.build(data, settings.rules, settings.title, _label(settings), settings.slo,
-                       settings.detail_campaigns)
+                       settings.detail_campaigns, acts)
     plots: dict[str, Any] = {}
     if settings.plots:
         from findings.plots import file_name
@@ -132,9 +134,10 @@ def conclusions(settings: Settings) -> dict[str, Any]:
         return caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, spec, points)
 
     done = regressions.conclude_with_steps(data, settings.rules, valid)
-    return to_json(done.conclusions, replay(data, settings.rules, valid, done.moves), flags,
+    flags = {**flags, **done.suspect_flags}
+    return to_json(done.conclusions, replay(data, settings.rules, done.cells, done.moves), flags,
                    caveats=why, failures_unknown=failures_unknown(data), steps=done.steps,
-                   drift=done.drift,
+                   drift=done.drift, suspect=done.suspect,
                    baseline_moved=done.baseline_moved,
                    by_category=categories.differences(done.conclusions, categories.families(data.points),
                                                       SIMULATED_SUFFIX),
@@ -150,6 +153,7 @@ def conclusions_text(settings: Settings) -> str:
     data = rendercache.load(settings.store)
     flags = flagged(data, settings.rules.gates)
     done = regressions.conclude_with_steps(data, settings.rules, cells(data, settings.rules, flags))
+    flags = {**flags, **done.suspect_flags}
     result = done.conclusions
     if not result.workloads:
         return "no points in the store"
@@ -173,6 +177,9 @@ def conclusions_text(settings: Settings) -> str:
             moved = done.baseline_moved.get(wc.workload, {}).get(cand.config)
             if moved:
                 lines.append(f"  note        {moved.sentence()}")
+        for m in done.suspect:
+            if m.workload == wc.workload:
+                lines.append(f"  suspect     {regressions.suspect_sentence(m)}")
         for m in done.steps:
             if m.workload == wc.workload:
                 facts = f"; {regressions.describe_facts(m.facts_changed)}" if m.facts_changed else ""

@@ -13,7 +13,10 @@ def one_line(text: str) -> str:
 
 
 class FindingsError(Exception):
-    """An expected failure, reported to the user as one line (exit code 1)."""
+    """An expected failure, reported to the user as one line (exit code 1, or the
+    subclass's ``exit_code``)."""
+
+    exit_code = 1
 
 
 class InputError(FindingsError):
@@ -38,6 +41,18 @@ class StoreError(FindingsError):
 
     def __init__(self, message: str) -> None:
         super().__init__(one_line(message))
+
+
+class NotAStoreError(StoreError):
+    """A reader was pointed at a path that is not a findings store: a typo in
+    --store must not read as an empty store and pass a CI gate (exit 2)."""
+
+    exit_code = 2
+
+
+class LabelError(StoreError):
+    """A run's labels contradict the store: a workload redefined, a config
+    with other facts in the same campaign, a baseline that speculates."""
 
 
 class DuplicateError(StoreError):

@@ -107,7 +107,9 @@ def best_label(b: Best | None) -> str:
 def best_evidence(b: Best) -> tuple[str, ...]:
     if b.lead is None:
         return (f"{b.config} alone at C={b.concurrency}: {fmt.tput(b.cell.mean)} tok/s",)
-    lead = b.lead
+    # The candidate against the baseline when the baseline is one of the two:
+    # the verdicts' direction (prose.latency says the same).
+    lead = b.versus if b.versus is not None else b.lead
     where_a = f"C={lead.a.concurrency}"
     where_b = f"C={lead.b.concurrency}"
     return (

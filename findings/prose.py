@@ -7,7 +7,7 @@ value is escaped.
 from __future__ import annotations
 
 from findings import fmt
-from findings.analysis import LOSS, TIE, WIN, Best, Candidate, Comparison, WorkloadConclusion
+from findings.analysis import LOSS, NOT_COMPARABLE, TIE, WIN, Best, Candidate, Comparison, WorkloadConclusion
 from findings.fmt import code
 
 
@@ -28,6 +28,23 @@ def _not_decisive(lead: Comparison) -> str:
             f"({fmt.pct(lo - 1)}…{fmt.pct(hi - 1)}) includes no difference")
 
 
+def _lead(b: Best) -> str:
+    """The difference between the two, in the verdicts' direction (the
+    candidate against the baseline) when the baseline is one of them, and
+    saying which way it reads."""
+    assert b.lead is not None
+    x = b.versus
+    if x is not None:
+        return f"{code(x.a.config)} {fmt.pct(x.delta)} against {code(x.b.config)}"
+    return f"{code(b.lead.a.config)} {fmt.pct(b.lead.delta)} against {code(b.lead.b.config)}"
+
+
+def _judged(b: Best) -> Comparison:
+    """The comparison whose band and interval the sentence quotes."""
+    assert b.lead is not None
+    return b.versus if b.versus is not None else b.lead
+
+
 def latency(wc: WorkloadConclusion) -> str:
     b = wc.latency
     if b is None:
@@ -36,15 +53,15 @@ def latency(wc: WorkloadConclusion) -> str:
     if b.lead is None:
         return (f"Only {code(b.config)} was measured at C={c} ({fmt.tput(b.cell.mean)} tok/s, "
                 f"{_where(b.cell.campaign)}); there is nothing to compare it with.")
-    lead = b.lead
-    unpaired = "" if lead.paired else " (measured in different campaigns, so the band is widened)"
+    lead, judged = b.lead, _judged(b)
+    unpaired = "" if judged.paired else " (measured in different campaigns, so the band is widened)"
     if b.decisive:
         return (f"{code(b.config)} is best at C={c}: {fmt.tput(lead.a.mean)} tok/s against "
                 f"{fmt.tput(lead.b.mean)} tok/s for the runner-up {code(lead.b.config)} "
-                f"({fmt.pct(lead.delta)}), beyond the {fmt.band(lead.band)} noise band{unpaired}.")
+                f"({_lead(b)}), beyond the {fmt.band(judged.band)} noise band{unpaired}.")
     return (f"No config leads beyond noise at C={c}: {code(b.config)} measures "
             f"{fmt.tput(lead.a.mean)} tok/s and {code(lead.b.config)} {fmt.tput(lead.b.mean)} tok/s "
-            f"({fmt.pct(lead.delta)}), {_not_decisive(lead)}{unpaired}.")
+            f"({_lead(b)}), {_not_decisive(judged)}{unpaired}.")
 
 
 def throughput(wc: WorkloadConclusion) -> str:
@@ -57,16 +74,29 @@ def throughput(wc: WorkloadConclusion) -> str:
     if b.lead is None:
         return (f"Only {code(b.config)} was measured: it peaks at {fmt.tput(b.cell.mean)} tok/s "
                 f"(C={b.concurrency}).{caveat}")
-    lead = b.lead
+    lead, judged = b.lead, _judged(b)
     peaks = (f"{code(b.config)} peaks at {fmt.tput(lead.a.mean)} tok/s (C={lead.a.concurrency}, "
              f"{_where(lead.a.campaign)}) and the runner-up {code(lead.b.config)} at "
              f"{fmt.tput(lead.b.mean)} tok/s (C={lead.b.concurrency}, {_where(lead.b.campaign)})")
-    unpaired = "" if lead.paired else "; the peaks come from different campaigns, so the band is widened"
+    unpaired = "" if judged.paired else "; the peaks come from different campaigns, so the band is widened"
+    apart = ""
+    if lead.a.concurrency != lead.b.concurrency:
+        at = lead.a.concurrency
+        unmeasured = lead.b.config not in {x.a.config for x in _at(wc, at)} | {x.b.config for x in _at(wc, at)}
+        apart = (f" The peaks come from different concurrencies (C={lead.a.concurrency} and C={lead.b.concurrency}"
+                 + (f"; {code(lead.b.config)} was not measured at C={at}" if unmeasured else "")
+                 + "): this compares each config's best figure, not the two at one C; the policies below "
+                   "compare them C by C.")
     if b.decisive:
-        return (f"{code(b.config)} is best: {peaks}, a lead of {fmt.pct(lead.delta)}, beyond the "
-                f"{fmt.band(lead.band)} noise band{unpaired}.{caveat}")
-    return (f"No config leads beyond noise: {peaks}, a difference of {fmt.pct(lead.delta)}, "
-            f"{_not_decisive(lead)}{unpaired}.{caveat}")
+        return (f"{code(b.config)} has the highest peak: {peaks}, {_lead(b)}, beyond the "
+                f"{fmt.band(judged.band)} noise band{unpaired}.{apart}{caveat}")
+    return (f"No config leads beyond noise: {peaks}, {_lead(b)}, "
+            f"{_not_decisive(judged)}{unpaired}.{apart}{caveat}")
+
+
+def _at(wc: WorkloadConclusion, conc: int) -> list[Comparison]:
+    """Every candidate's comparison with the baseline at ``conc``."""
+    return [x for cand in wc.candidates for x in cand.comparisons if x.concurrency == conc]
 
 
 def _concs(cand: Candidate, verdict: str) -> list[Comparison]:
@@ -95,9 +125,15 @@ def _gap(lo: int | None, hi: int | None) -> str:
 
 def policy(cand: Candidate) -> str:
     wins, losses, ties = _concs(cand, WIN), _concs(cand, LOSS), _concs(cand, TIE)
+    wild = _concs(cand, NOT_COMPARABLE)
     groups = sorted((g for g in (wins, losses, ties) if g), key=lambda g: g[0].concurrency)
     words = {id(wins): "wins", id(losses): "loses", id(ties): "ties"}
     evidence = "; ".join(_detail(g, words[id(g)]) for g in groups)
+    if wild:
+        worst = max(c.drift for c in wild)
+        evidence += ("; " if evidence else "") + (
+            f"is not comparable at {fmt.conc_list([c.concurrency for c in wild])}, where the baseline's own "
+            f"campaigns drift by up to {fmt.band(worst)}, beyond the drift cap (left out of the policy)")
     name = code(cand.config)
     t = cand.threshold
     if cand.policy == "always-on":
@@ -114,10 +150,13 @@ def policy(cand: Candidate) -> str:
         rule = f"disable speculation below C = {t} and enable it from C ≥ {t}" + _gap(prev, t)
     elif not cand.comparisons:
         rule = "never measured against the baseline at the same concurrency"
+    elif len(wild) == len(cand.comparisons):
+        rule = "no comparison can be made: the baseline drifts beyond the cap at every concurrency"
     else:
         rule = "wins and losses alternate across concurrency, so no single threshold is safe; measure more"
     label = f"**{cand.policy}**" + (f", threshold C={t}" if t is not None else "")
-    return f"{name}: {label}: {rule}." + (f" Evidence: it {evidence}." if evidence else "")
+    against = f" (against {code(cand.comparisons[0].b.config)})" if cand.comparisons else ""
+    return f"{name}: {label}: {rule}." + (f" Evidence{against}: it {evidence}." if evidence else "")
 
 
 def interval(comp: Comparison) -> str:

@@ -43,7 +43,7 @@ import functools
 import math
 import shlex
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 from findings import fmt
@@ -51,7 +51,15 @@ from findings.analysis import Cell, Conclusions, Rules, Table, WorkloadConclusio
 from findings.model import Dataset, Scalar
 from findings.stats import ratio_ci
 
-REGRESSION, IMPROVEMENT, DRIFT = "regression", "improvement", "drift"
+REGRESSION, IMPROVEMENT, DRIFT, SUSPECT = "regression", "improvement", "drift", "suspect"
+
+#: A config's own throughput moving by this factor or more (either way) at a
+#: C between two campaigns, with no recorded fact changed, is *suspect*: far
+#: beyond any drift seen on real machines (the llama.cpp tier's widest move
+#: is 1.47x, its widest drift 37%), and what a wrong label looks like (a
+#: 64/32 file filed under a 512/256 workload moved the seed's baseline 3.9x).
+#: A suspect move is neither a step nor drift: it never widens a band (D89).
+SUSPECT_RATIO = 2.0
 
 #: Facts of free text, never compared.
 FREE_TEXT = frozenset({"notes", "note", "description", "comment"})
@@ -207,10 +215,19 @@ class Move:
     #: From which campaign (rank) on the call is known: ``rank``, or later
     #: when a following campaign confirmed the level.
     known_at: int
+    #: The config's next campaign (rank) after this one, if any: where the
+    #: level after a suspect move's campaign is measured again.
+    next_rank: int | None = None
+    #: The runs holding the new campaign's cells (what to relabel or retract).
+    run_ids: tuple[str, ...] = ()
 
     @property
     def is_step(self) -> bool:
-        return self.kind != DRIFT
+        return self.kind in (REGRESSION, IMPROVEMENT)
+
+    @property
+    def suspect(self) -> bool:
+        return self.kind == SUSPECT
 
     @property
     def moved(self) -> tuple[int, ...]:
@@ -266,23 +283,30 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
     out: list[Move] = []
     for (workload, config), by_rank in sorted(series.items()):
         ranks = sorted(by_rank)
+        p = ranks[0]
         for i in range(1, len(ranks)):
-            p, q = ranks[i - 1], ranks[i]
+            q = ranks[i]
             old, new = by_rank[p], by_rank[q]
             common = sorted(set(old) & set(new))
             if not common:
+                p = q
                 continue
             measured = [(c, *_beyond(old[c], new[c], rules)) for c in common]
             if not any(b for *_, b in measured):
+                p = q
                 continue
             changed = facts_changed(facts_of(config, names[p]), facts_of(config, names[q]))
             later = by_rank.get(ranks[i + 1]) if i + 1 < len(ranks) else None
             later_rank = ranks[i + 1] if i + 1 < len(ranks) else None
             kind, reason, known = _classify(measured, old, new, later, later_rank, changed, rules,
                                             names.get(later_rank) if later_rank is not None else None)
+            runs = tuple(sorted({pid.rsplit("/", 1)[0] for c in common for pid in new[c].point_ids}))
             out.append(Move(workload=workload, config=config, previous_campaign=names[p], campaign=names[q],
                             rank=q, ratios=tuple((c, r, b) for c, r, b, _ in measured), facts_changed=changed,
-                            kind=kind, reason=reason, known_at=q if known is None else known))
+                            kind=kind, reason=reason, known_at=q if known is None else known,
+                            next_rank=later_rank, run_ids=runs))
+            if kind != SUSPECT:
+                p = q  # after a suspect campaign, the next is set against the level before it
     return out
 
 
@@ -291,6 +315,15 @@ def _classify(measured: list[tuple[int, float, float, bool]], old: Mapping[int, 
               rules: Rules, later_name: str | None) -> tuple[str, str, int | None]:
     down = [c for c, r, _, b in measured if b and r < 1]
     up = [c for c, r, _, b in measured if b and r > 1]
+    if not changed:
+        c, r = max(((c, r) for c, r, _, _ in measured), key=lambda m: abs(math.log(m[1])))
+        if max(r, 1 / r) >= SUSPECT_RATIO:
+            if _held(measured, old, new, later, rules):
+                kind = REGRESSION if r < 1 else IMPROVEMENT
+                return kind, (f"moved {r:.2f}x at C={c} with no recorded fact changed, and the new level held "
+                              f"in {later_name}"), later_rank
+            return SUSPECT, (f"moved {r:.2f}x at C={c} with no recorded fact changed, beyond any plausible drift "
+                             f"({SUSPECT_RATIO:g}x): suspect: check the labels"), None
     if down and up:
         return DRIFT, "moved both ways beyond the band", None
     direction = REGRESSION if down else IMPROVEMENT
@@ -317,9 +350,27 @@ def _classify(measured: list[tuple[int, float, float, bool]], old: Mapping[int, 
     return DRIFT, "no recorded fact changed, and one unrepeated pair of campaigns", None
 
 
+def _held(measured: list[tuple[int, float, float, bool]], old: Mapping[int, Cell], new: Mapping[int, Cell],
+          later: Mapping[int, Cell] | None, rules: Rules) -> bool:
+    """Whether the config's next campaign stayed at the new level at every C
+    it shares with the move (within the band of it, beyond the band of the old)."""
+    if later is None:
+        return False
+    common = [c for c, *_ in measured if c in later]
+    return bool(common) and all(
+        abs(later[c].mean / old[c].mean - 1) > _band(old[c], later[c], rules)
+        and abs(later[c].mean / new[c].mean - 1) <= _band(new[c], later[c], rules)
+        for c in common)
+
+
 def steps(all_moves: Iterable[Move], upto: int | None = None) -> list[Move]:
     """The moves called steps (as known after campaign rank ``upto``, if given)."""
     return [m for m in all_moves if m.is_step and (upto is None or m.known_at <= upto)]
+
+
+def suspects(all_moves: Iterable[Move], upto: int | None = None) -> list[Move]:
+    """The moves too large to be drift with no fact changed (as known after ``upto``)."""
+    return [m for m in all_moves if m.suspect and (upto is None or m.rank <= upto)]
 
 
 def baseline_breaks(all_moves: Iterable[Move], baseline: str,
@@ -350,9 +401,16 @@ def analyse(data: Dataset, rules: Rules, all_cells: list[Cell]) -> list[Move]:
 
 def tables(data: Dataset, rules: Rules, all_cells: list[Cell],
            found: list[Move] | None = None) -> dict[str, Table]:
-    """analysis.workload_tables with the baseline's steps left out of its drift."""
+    """analysis.workload_tables with the baseline's steps left out of its
+    drift, and the cells of suspect moves left out altogether."""
     found = analyse(data, rules, all_cells) if found is None else found
-    return workload_tables(all_cells, rules, baseline_breaks(found, rules.baseline))
+    return workload_tables(without_suspects(all_cells, found), rules, baseline_breaks(found, rules.baseline))
+
+
+def without_suspects(all_cells: list[Cell], found: Iterable[Move]) -> list[Cell]:
+    """The cells less those of the suspect moves' new campaigns."""
+    odd = {(m.workload, m.config, m.campaign) for m in found if m.suspect}
+    return [c for c in all_cells if (c.workload, c.config, c.campaign) not in odd] if odd else all_cells
 
 
 def _verdict_before(table: Table, config: str, baseline: str, conc: int, before: str) -> str | None:
@@ -413,8 +471,24 @@ def baseline_moved(wc: WorkloadConclusion, table: Table, found: Sequence[Move], 
     return out
 
 
+def suspect_sentence(m: Move, code: Callable[[str], str] = str, store: str | None = None) -> str:
+    """``baseline`` moved 3.90x ... and the commands that fix a wrong label."""
+    import shlex
+
+    worst = max(m.ratios, key=lambda x: abs(math.log(x[1])))
+    run = m.run_ids[0] if len(m.run_ids) == 1 else "RUN_ID"
+    runs = "" if len(m.run_ids) == 1 else f" (runs {', '.join(code(r) for r in m.run_ids)})"
+    where = f" --store {shlex.quote(store)}" if store else ""
+    return (f"{code(m.config)} moved {worst[1]:.2f}x at C={worst[0]} from {code(m.previous_campaign)} to "
+            f"{code(m.campaign)} ({m.per_c()}) with no recorded fact changed, beyond any plausible drift "
+            f"({SUSPECT_RATIO:g}x): its points there are left out of every verdict, band and best. If a label is "
+            f"wrong{runs}: {code(f'findings{where} store relabel {run} --workload NEW')} (or --config, --campaign), "
+            f"or {code(f'findings{where} store retract {run} --why TEXT')}.")
+
+
 def to_json(step: Move) -> dict[str, object]:
-    """One item of ``conclusions --json``'s ``regressions`` list (docs/conclusions.md)."""
+    """One item of ``conclusions --json``'s ``regressions``, ``drift`` and
+    ``suspect`` lists (docs/conclusions.md)."""
     return {
         "workload": step.workload,
         "config": step.config,
@@ -427,6 +501,7 @@ def to_json(step: Move) -> dict[str, object]:
         "band": round(max(b for _, _, b in step.ratios), 4),
         "facts_changed": facts_json(step.facts_changed),
         "evidence": step.reason,
+        **({"runs": list(step.run_ids)} if step.suspect else {}),
     }
 
 
@@ -440,6 +515,12 @@ class Concluded:
     tables: dict[str, Table]
     #: workload -> candidate -> why its verdicts flipped (baseline_moved)
     baseline_moved: dict[str, dict[str, BaselineMoved]]
+    #: The cells the conclusions rest on: the valid cells less those of the
+    #: suspect moves' campaigns.
+    cells: list[Cell] = field(default_factory=list)
+    #: point id -> why it is left out, for the points of suspect moves (they
+    #: join the validity gates' flags: marked in their campaign, in no verdict).
+    suspect_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def steps(self) -> list[Move]:
@@ -447,13 +528,29 @@ class Concluded:
 
     @property
     def drift(self) -> list[Move]:
-        return [m for m in self.moves if not m.is_step]
+        return [m for m in self.moves if m.kind == DRIFT]
+
+    @property
+    def suspect(self) -> list[Move]:
+        return suspects(self.moves)
 
 
 def conclude_with_steps(data: Dataset, rules: Rules, all_cells: list[Cell]) -> Concluded:
+    """The moves, then the conclusions from the cells less those of suspect
+    moves: a level far beyond any drift with no fact changed (a wrong label,
+    most likely) widens no band, makes no best and no verdict."""
     found = analyse(data, rules, all_cells)
-    tabs = tables(data, rules, all_cells, found)
-    result = conclude(data, rules, all_cells, tabs)
+    odd = {(m.workload, m.config, m.campaign): m for m in found if m.suspect}
+    kept = without_suspects(all_cells, found)
+    why: dict[str, tuple[str, ...]] = {}
+    for c in all_cells:
+        m = odd.get((c.workload, c.config, c.campaign))
+        if m is not None:
+            for pid in c.point_ids:
+                why[pid] = (f"suspect: moved {m.ratio:.2f}x from campaign {m.previous_campaign} with no recorded "
+                            f"fact changed: check the labels",)
+    tabs = tables(data, rules, kept, found)
+    result = conclude(data, rules, kept, tabs)
     moved = {wc.workload: s for wc in result.workloads
              if (s := baseline_moved(wc, tabs[wc.workload], found, rules.baseline))}
-    return Concluded(result, found, tabs, moved)
+    return Concluded(result, found, tabs, moved, kept, why)

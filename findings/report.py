@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 from findings import caveats, deploy, fmt, prose, regressions, views
 from findings.analysis import SIMULATED_SUFFIX
@@ -332,7 +332,7 @@ def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], li
     return changed[-limit:], unchanged[-limit:], earlier
 
 
-def _regressions(moves: list[regressions.Move], earlier: int) -> dict[str, Any]:
+def _regressions(moves: list[regressions.Move], earlier: int, store_label: str) -> dict[str, Any]:
     """The "Regressions and improvements" section: the steps as a table, and
     the moves beyond the band left as drift, each with why."""
     steps = [m for m in moves if m.is_step]
@@ -343,13 +343,15 @@ def _regressions(moves: list[regressions.Move], earlier: int) -> dict[str, Any]:
                   m.reason) for m in steps)
     table = Table(("Workload", "Config", "Change", "C", "Campaigns", "Recorded facts that changed", "Called because"),
                   rows, ("left",) * 7)
-    drifts = [m for m in moves if not m.is_step]
+    drifts = [m for m in moves if m.kind == regressions.DRIFT]
     latest = sorted(sorted(drifts, key=lambda m: -m.rank)[:DRIFT_LISTED],
                     key=lambda m: (m.workload, m.config, m.rank))
     drift = [f"{fmt.code(m.config)} on {fmt.code(m.workload)}, {fmt.code(m.previous_campaign)} → "
              f"{fmt.code(m.campaign)}: {m.per_c()}; {fmt.text(m.reason)}" for m in latest]
     return {"steps": table if steps else None, "drift": drift, "earlier": earlier,
-            "drift_total": len(drifts)}
+            "drift_total": len(drifts),
+            "suspect": [f"{fmt.code(m.workload)}: {regressions.suspect_sentence(m, fmt.code, store_label)}"
+                        for m in moves if m.suspect]}
 
 
 def _questions(data: Dataset, rules: Rules, done: regressions.Concluded, store_label: str) -> list[dict[str, str]]:
@@ -420,7 +422,7 @@ def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, 
 
 
 def build(data: Dataset, rules: Rules, title: str, store_label: str,
-          slo: views.Slo = views.Slo(), detail: int = 0) -> dict[str, Any]:
+          slo: views.Slo = views.Slo(), detail: int = 0, amendments: Sequence[str] = ()) -> dict[str, Any]:
     """The document's content. ``detail``: how many of the latest campaigns
     get a section of their own (0: all); lists that grow with the number of
     campaigns (history, campaign names, flagged points, cross-checks, the
@@ -432,6 +434,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
     flags = flagged(data, rules.gates)
     valid = cells(data, rules, flags)
     done = regressions.conclude_with_steps(data, rules, valid)
+    flags, valid = {**flags, **done.suspect_flags}, done.cells  # suspect levels: marked, in no verdict
     found, tables, conclusions = done.moves, done.tables, done.conclusions
     entries = replay(data, rules, valid, found)
     comps = campaign_comparisons(data, rules, valid, shown_names, tables)
@@ -484,6 +487,8 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "policies": policies,
             "baseline_moved": [done.baseline_moved[wc.workload][c.config].sentence(fmt.code, fmt.text)
                                for c in wc.candidates if c.config in done.baseline_moved.get(wc.workload, {})],
+            "suspect": [regressions.suspect_sentence(m, fmt.code, store_label) for m in done.suspect
+                        if m.workload == wc.workload],
             "deploy": [_deploy_block(d) for d in deployments if d.workload == wc.workload],
             "cross_checks": [x for c in cands if (x := prose.cross_check(c))],
             "verdicts": _verdict_table(conclusions, wc.workload, labels, marks),
@@ -559,6 +564,9 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "confidence_pct": f"{rules.confidence * 100:g}%",
         "resamples": rules.resamples,
         "drift_window": rules.drift_window,
+        "drift_cap": fmt.band(rules.drift_cap),
+        "suspect_ratio": f"{regressions.SUSPECT_RATIO:g}",
+        "amendments": list(amendments),
         "interval": rules.interval,
         "gates": {"failed": f"{rules.gates.max_failed_fraction:.0%}", "lag": f"{rules.gates.max_client_lag_ms:g} ms",
                   "cpu": f"{rules.gates.max_client_cpu:.0%}"},
@@ -584,7 +592,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "campaigns": campaigns,
         "appendix": appendix,
         "appendix_left_out": len(data.points) - len(appendix.rows),
-        "regressions": _regressions(moves_shown, len(found) - len(moves_shown)),
+        "regressions": _regressions(moves_shown, len(found) - len(moves_shown), store_label),
         "questions": _questions(data, rules, done, store_label),
     }
 

@@ -100,7 +100,8 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
     if not isinstance(table, dict):
         raise SettingsError(f"{path}: [findings] must be a table")
     numbers = {"noise_floor", "confidence", "resamples", "max_failed_fraction", "max_client_lag_ms",
-               "max_client_cpu", "max_send_lateness_ms", "min_achieved_share", "slo_ttft_p99_ms", "slo_tpot_p99_ms", "drift_window"}
+               "max_client_cpu", "max_send_lateness_ms", "min_achieved_share", "slo_ttft_p99_ms", "slo_tpot_p99_ms", "drift_window",
+               "drift_cap"}
     known = {"store", "document", "templates", "template", "title", "baseline", "simulated", "plots",
              "interval", "detail_campaigns"} | numbers
     for key in table:
@@ -150,6 +151,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
             confidence=float(table.get("confidence", 0.95)),
             resamples=int(table.get("resamples", 2000)),
             drift_window=_whole(table.get("drift_window", Rules.drift_window), f"{path}: drift_window"),
+            drift_cap=float(table.get("drift_cap", Rules.drift_cap)),
             interval=str(table.get("interval", "auto")),
             gates=Gates(max_failed_fraction=float(table.get("max_failed_fraction", Gates.max_failed_fraction)),
                         max_client_lag_ms=float(table.get("max_client_lag_ms", Gates.max_client_lag_ms)),

@@ -29,8 +29,9 @@ from typing import Iterator, Mapping
 
 
 from findings import diskio, jsonfast, storeindex
-from findings.errors import DuplicateError, StoreError
-from findings.model import Campaign, Dataset, Run, Scalar, Sidecar
+from findings.labels import identity
+from findings.errors import DuplicateError, LabelError, NotAStoreError, StoreError
+from findings.model import Campaign, Dataset, Point, Run, Scalar, Sidecar
 from findings.schema import SCHEMA_VERSION, SIDECAR_KIND, SIDECAR_SUFFIX, run_from_dict, run_to_dict
 
 RUNS = "runs"
@@ -215,12 +216,29 @@ def merge(runs: list[Run]) -> Dataset:
     return Dataset(campaigns=ordered, points=points, configs=configs, runs=tuple(runs), facts=facts)
 
 
+def require(store: Path) -> None:
+    """Raise NotAStoreError unless ``store`` is a findings store (a folder
+    holding ``runs/``). Every reader asks; writers create the folder. An
+    existing store with no runs yet is a store, and reads as no points."""
+    if store.is_dir() and (store / RUNS).is_dir():
+        return
+    if not store.exists():
+        why = "no such folder"
+    elif not store.is_dir():
+        why = "not a folder"
+    else:
+        why = "no runs/ folder"
+    raise NotAStoreError(f"{store}: not a findings store ({why}); check --store, $FINDINGS_STORE or findings.toml")
+
+
 def load(store: Path) -> Dataset:
+    """The store's dataset, for readers: a path that is not a store is an error."""
+    require(store)
     return merge(load_runs(store))
 
 
 @contextlib.contextmanager
-def _locked(store: Path) -> Iterator[None]:
+def locked(store: Path) -> Iterator[None]:
     """The store's write lock. Only writers take it: readers never create
     ``.lock`` or ``runs/``, so a read-only store reads."""
     with contextlib.ExitStack() as stack:
@@ -237,7 +255,7 @@ def writable(store: Path) -> None:
     no permission): before a benchmark measures anything. A store that does
     not exist yet is not created here: its nearest existing folder is asked."""
     if (store / RUNS).is_dir():
-        with _locked(store):
+        with locked(store):
             return
     folder = store
     while not folder.exists() and folder != folder.parent:
@@ -252,10 +270,40 @@ def writable(store: Path) -> None:
         "nothing was written; the store is unchanged")
 
 
-def check_new_run(existing: list[Run], run: Run) -> None:
+def check_new_run(existing: list[Run], run: Run, *, baseline: str | None = None,
+                  allow_workload_change: bool = False) -> None:
     """Refuse content that is already stored, or that contradicts the store."""
     _check_not_stored(existing, run)
+    _check_labels(existing, [run], baseline, allow_workload_change)
     _check_consistent(existing + [run])
+
+
+def _check_baseline(runs: list[Run], baseline: str | None) -> None:
+    for run in runs:
+        found = identity.baseline_conflicts(run, baseline) if baseline else []
+        if found:
+            raise LabelError(f"{run.source_file or run.run_id}: {found[0]}; name it otherwise (--config NAME), "
+                             f"or choose another baseline (--baseline, findings.toml); nothing was written")
+
+
+def _check_labels(existing: list[Run], runs: list[Run], baseline: str | None, allow_workload_change: bool) -> None:
+    """A workload name keeps its definition, a config its facts within a
+    campaign, and the baseline does not speculate (findings/labels/identity.py)."""
+    _check_baseline(runs, baseline)
+    for i, run in enumerate(runs):
+        before = existing + runs[:i]
+        label = run.source_file or run.run_id
+        if not allow_workload_change:
+            found = identity.workload_conflicts(before, run)
+            if found:
+                more = f" (and {len(found) - 2} more)" if len(found) > 2 else ""
+                raise LabelError(f"{label}: {'; '.join(found[:2])}{more}: a workload name has one definition; "
+                                 f"store it under a new name (--workload NEW), or pass --allow-workload-change "
+                                 f"if the workload really changed; nothing was written")
+        found = identity.facts_conflicts(before, run)
+        if found:
+            raise LabelError(f"{label}: {found[0]}: within a campaign a config has one set of facts; name the "
+                             f"config otherwise (--config NEW) or measure it in a new campaign; nothing was written")
 
 
 def _check_not_stored(existing: list[Run], run: Run) -> None:
@@ -289,16 +337,32 @@ def _check_consistent(runs: list[Run]) -> None:
             )
 
 
+def preflight(store: Path, runs: list[Run], *, baseline: str | None = None,
+              allow_workload_change: bool = False) -> tuple[Point, ...]:
+    """The checks a write of ``runs`` would make, before measuring them (the
+    runner, with placeholder points): the same refusals, saying that nothing
+    was measured. Returns the stored points."""
+    try:
+        _check_baseline(runs, baseline)
+        existing = load_runs(store, requests=False)
+        _check_labels(existing, runs, None, allow_workload_change)
+        _check_consistent(existing + runs)
+    except StoreError as exc:
+        raise type(exc)(str(exc).replace("nothing was written", "nothing was measured")) from None
+    return tuple(p for run in existing for p in run.points)
+
+
 def known_line_hashes(store: Path) -> frozenset[str]:
     return frozenset(h for run in load_runs(store, requests=False) for h in run.line_hashes)
 
 
-def add_run(store: Path, run: Run) -> Path:
+def add_run(store: Path, run: Run, *, baseline: str | None = None, allow_workload_change: bool = False) -> Path:
     """Check and write one run, atomically. Returns the new file's path."""
-    return add_runs(store, [run])[0]
+    return add_runs(store, [run], baseline=baseline, allow_workload_change=allow_workload_change)[0]
 
 
-def add_runs(store: Path, runs: list[Run]) -> list[Path]:
+def add_runs(store: Path, runs: list[Run], *, baseline: str | None = None,
+             allow_workload_change: bool = False) -> list[Path]:
     """Check several runs against the store and each other, then write them.
 
     One lock for the lot. The store's index (findings/storeindex.py) says
@@ -310,7 +374,8 @@ def add_runs(store: Path, runs: list[Run]) -> list[Path]:
     the batch stored and not the rest.
     """
     docs = [_storable(run) for run in runs]
-    with _locked(store):
+    _check_baseline(runs, baseline)
+    with locked(store):
         with contextlib.ExitStack() as stack:
             try:
                 index: storeindex.Index | None = stack.enter_context(storeindex.open_for_write(store))
@@ -320,6 +385,7 @@ def add_runs(store: Path, runs: list[Run]) -> list[Path]:
                 existing = load_runs(store, requests=False)
                 for i, run in enumerate(runs):
                     _check_not_stored(existing + runs[:i], run)
+                _check_labels(existing, runs, None, allow_workload_change)
                 _check_consistent(existing + runs)
             written: list[Path] = []
             try:
@@ -391,13 +457,13 @@ def _write_sidecar(path: Path, data: bytes) -> None:
             raise DuplicateError(f"{path} already exists with other content; nothing was written") from exc
 
 
-def _encode(doc: Mapping[str, object]) -> bytes:
+def encode(doc: Mapping[str, object]) -> bytes:
     """A run file's bytes."""
     return (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
 
 
 def _write_new(path: Path, doc: Mapping[str, object]) -> Path:
-    data = _encode(doc)
+    data = encode(doc)
     try:
         return diskio.write_new(path, data)  # atomic, and never replaces an existing file
     except FileExistsError as exc:
@@ -413,7 +479,7 @@ def migrate(store: Path) -> tuple[int, int, int, int]:
     migrated ones and the rest. Returns (runs read, runs rewritten, bytes
     before, bytes after) over the rewritten files."""
     read = rewritten = before = after = 0
-    with _locked(store):
+    with locked(store):
         for path in sorted((store / RUNS).glob("*.json")):
             if path.name.startswith("."):
                 continue
@@ -429,7 +495,7 @@ def migrate(store: Path) -> tuple[int, int, int, int]:
             if run.sidecar is not None or (not inline and jsonfast.loads(raw).get("schema_version") == SCHEMA_VERSION):
                 continue
             doc, sidecar = _storable(run)
-            data = _encode(doc)
+            data = encode(doc)
             if sidecar is not None:
                 _write_sidecar(sidecar_path(store, run.run_id), sidecar)
             try:

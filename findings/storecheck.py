@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from findings import storeindex
+from findings.labels import amend, identity
 from findings.errors import StoreError
 from findings.model import Run
 from findings.schema import SIDECAR_SUFFIX, run_from_dict
-from findings.store import RUNS, merge, read_sidecar
+from findings.store import RUNS, merge, read_sidecar, require
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,7 @@ def check(store: Path) -> tuple[list[Finding], int]:
     """The findings, and how many run files were read."""
     out: list[Finding] = []
     folder = store / RUNS
-    if not folder.is_dir():
-        return [Finding("error", str(store), "no runs/ folder: not a findings store (or an empty one)",
-                        "check --store / $FINDINGS_STORE, or ingest something")], 0
+    require(store)  # a path that is not a store: one line, exit 2
     runs: list[Run] = []
     files = sorted(folder.iterdir())
     sidecars = {p.name for p in files if p.name.endswith(SIDECAR_SUFFIX) and not p.name.startswith(".")}
@@ -92,7 +91,28 @@ def check(store: Path) -> tuple[list[Finding], int]:
                            "(schema 3 or older: they read as before)",
                            "`findings store migrate` moves them to compact sidecars"))
     out.extend(_whole(runs))
+    out.extend(_amendments(store, {r.run_id: r.created_at for r in runs}))
     return out, len(runs)
+
+
+def _amendments(store: Path, stored: dict[str, str]) -> list[Finding]:
+    """Acts recorded in ``amendments/``: readable, and a retracted run gone
+    (a retraction killed between its record and the removal leaves both; a
+    run ingested again after its retraction is written later than it)."""
+    out: list[Finding] = []
+    folder = store / amend.FOLDER
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            act = amend.read_one(path)
+        except StoreError as exc:
+            out.append(Finding("error", str(path), str(exc).removeprefix(f"{path}: "),
+                               f"restore it from git (git checkout -- {path})"))
+            continue
+        if act.action == "retract" and act.run_id in stored and stored[act.run_id] < act.when:
+            out.append(Finding("error", str(path), f"run {act.run_id} is recorded as retracted but its file is "
+                               "still in runs/ (a retraction stopped midway?)",
+                               f"run `findings store retract {act.run_id} --why ...` again"))
+    return out
 
 
 def _whole(runs: list[Run]) -> list[Finding]:
@@ -128,6 +148,12 @@ def _whole(runs: list[Run]) -> list[Finding]:
         if len(k) > 1:
             out.append(Finding("error", name, f"campaign {name!r} mixes simulated and real points",
                                "move the simulated runs to a simulated store (benchmarks/results-emulated)"))
+    ordered = sorted(runs, key=lambda r: (r.created_at, r.run_id))
+    for i, run in enumerate(ordered):
+        for problem in identity.workload_conflicts(ordered[:i], run) + identity.facts_conflicts(ordered[:i], run):
+            out.append(Finding("warning", str(run.path), problem,
+                               f"if a label is wrong: findings store relabel {run.run_id} --workload/--config NEW "
+                               f"(or store retract it)"))
     for name in sorted({p.config for p in merged.points} - set(merged.configs)):
         out.append(Finding("warning", name, f"config {name!r} has points but no recorded facts",
                            "re-ingest with --configs, or measure it with findings bench"))

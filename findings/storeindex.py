@@ -17,16 +17,21 @@ visibly stale. Readers (render, conclusions) never touch it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from findings.labels import identity
 from findings.model import Run
 
 NAME = ".findings-index.sqlite3"
-VERSION = "1"
+#: 2: per-run kinds, and each run's workload definitions and config facts
+#: (the identity checks of findings/labels/identity.py), so that a run can
+#: be removed or relabelled (``findings store retract`` / ``relabel``).
+VERSION = "2"
 GITIGNORE = "# findings: derived files, rebuilt when missing (docs/store.md)\n.findings-index.sqlite3*\n.lock\n"
 
 _SCHEMA = """
@@ -37,7 +42,14 @@ CREATE INDEX IF NOT EXISTS runs_sha ON runs (source_sha256);
 CREATE TABLE IF NOT EXISTS lines (hash TEXT PRIMARY KEY, run_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS campaigns (name TEXT NOT NULL, date TEXT, ord INTEGER, run_id TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS campaigns_name ON campaigns (name);
-CREATE TABLE IF NOT EXISTS kinds (name TEXT NOT NULL, simulated INTEGER NOT NULL, PRIMARY KEY (name, simulated));
+CREATE TABLE IF NOT EXISTS kinds (name TEXT NOT NULL, simulated INTEGER NOT NULL, run_id TEXT NOT NULL,
+                                  PRIMARY KEY (name, simulated, run_id));
+CREATE TABLE IF NOT EXISTS workloads (name TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,
+                                      created TEXT NOT NULL, run_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS workloads_name ON workloads (name, key);
+CREATE TABLE IF NOT EXISTS facts (config TEXT NOT NULL, campaign TEXT NOT NULL, key TEXT NOT NULL,
+                                  value TEXT NOT NULL, run_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS facts_pair ON facts (config, campaign, key);
 """
 
 
@@ -138,6 +150,31 @@ class Index:
             stored = {bool(s) for (s,) in c.execute("SELECT simulated FROM kinds WHERE name = ?", (camp.name,))}
             if len(stored | kinds.get(camp.name, set())) > 1:
                 return True
+        return self._relabelled(run) or any(identity.workload_conflicts([o], run) or identity.facts_conflicts([o], run)
+                                            for o in others)
+
+    def _relabelled(self, run: Run) -> bool:
+        """Whether ``run`` may redefine a stored workload, or give a config
+        other facts in a campaign (the full check then says which)."""
+        c = self.con
+        for name, keys in identity.workload_definitions(run).items():
+            for key, values in keys.items():
+                if len(values) > 1:
+                    return True
+                latest = c.execute("SELECT run_id FROM workloads WHERE name = ? AND key = ? "
+                                   "ORDER BY created DESC, run_id DESC LIMIT 1", (name, key)).fetchone()
+                if latest is None:
+                    continue
+                stored = {v for (v,) in c.execute("SELECT value FROM workloads WHERE name = ? AND key = ? "
+                                                  "AND run_id = ?", (name, key, latest[0]))}
+                if {_enc(v) for v in values} != stored:
+                    return True
+        for config, campaign in identity.measured(run):
+            for key, value in identity.facts_of(run, config, campaign).items():
+                for (v,) in c.execute("SELECT value FROM facts WHERE config = ? AND campaign = ? AND key = ?",
+                                      (config, campaign, key)):
+                    if v != _enc(value):
+                        return True
         return False
 
     def line_hashes(self) -> frozenset[str]:
@@ -154,8 +191,20 @@ class Index:
         c.executemany("INSERT OR REPLACE INTO lines VALUES (?, ?)", [(h, run.run_id) for h in run.line_hashes])
         c.executemany("INSERT INTO campaigns VALUES (?, ?, ?, ?)",
                       [(x.name, x.date, x.order, run.run_id) for x in run.campaigns])
-        c.executemany("INSERT OR IGNORE INTO kinds VALUES (?, ?)",
-                      sorted({(p.campaign, int(p.simulated)) for p in run.points}))
+        c.executemany("INSERT OR IGNORE INTO kinds VALUES (?, ?, ?)",
+                      sorted({(p.campaign, int(p.simulated), run.run_id) for p in run.points}))
+        c.executemany("INSERT INTO workloads VALUES (?, ?, ?, ?, ?)",
+                      [(name, key, _enc(v), run.created_at, run.run_id)
+                       for name, keys in sorted(identity.workload_definitions(run).items())
+                       for key, values in sorted(keys.items()) for v in sorted(values, key=_enc)])
+        c.executemany("INSERT INTO facts VALUES (?, ?, ?, ?, ?)",
+                      [(config, campaign, key, _enc(v), run.run_id)
+                       for config, campaign in sorted(identity.measured(run))
+                       for key, v in sorted(identity.facts_of(run, config, campaign).items())])
+
+    def _delete(self, run_id: str) -> None:
+        for table in ("runs", "lines", "campaigns", "kinds", "workloads", "facts"):
+            self.con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
 
     def added(self, runs: Iterable[Run]) -> None:
         """Record runs whose files are now in place, with the folder's new stamp."""
@@ -163,6 +212,25 @@ class Index:
             for run in runs:
                 self._insert(run)
             self.con.execute("INSERT OR REPLACE INTO meta VALUES ('stamp', ?)", (_folder_stamp(self.store),))
+
+    def removed(self, run_ids: Iterable[str]) -> None:
+        """Forget runs whose files were removed (``findings store retract``)."""
+        with self.con:
+            for rid in run_ids:
+                self._delete(rid)
+            self.con.execute("INSERT OR REPLACE INTO meta VALUES ('stamp', ?)", (_folder_stamp(self.store),))
+
+    def replaced(self, run: Run) -> None:
+        """Record a run file rewritten in place (``findings store relabel``)."""
+        with self.con:
+            self._delete(run.run_id)
+            self._insert(run)
+            self.con.execute("INSERT OR REPLACE INTO meta VALUES ('stamp', ?)", (_folder_stamp(self.store),))
+
+
+def _enc(v: object) -> str:
+    """A scalar as the index stores it: its JSON text (1 and 1.0 and "1" stay apart)."""
+    return json.dumps(v, sort_keys=True)
 
 
 def _fresh(store: Path, p: Path) -> sqlite3.Connection:

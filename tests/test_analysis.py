@@ -157,11 +157,11 @@ def test_a_lead_beyond_the_band_whose_interval_includes_no_difference_is_not_cal
                             baseline_measured=True, latency=None, throughput=Best("throughput", "spec", a, lead),
                             candidates=())
     text = prose.throughput(wc)
-    assert "a difference of +24.1%, beyond the ±4.0% noise band, but its bootstrap interval (-8.2%…+63.0%) " \
-           "includes no difference." in text
+    assert "`spec` +24.1% against `baseline`, beyond the ±4.0% noise band, but its bootstrap interval " \
+           "(-8.2%…+63.0%) includes no difference." in text
     assert "inside" not in text
     inside = Comparison(a=a, b=b, ratio=1.02, band=0.04, paired=True, drift=0.0)
     wc2 = WorkloadConclusion(workload="w", simulated=False, concurrencies=(64,), configs=("baseline", "spec"),
                              baseline_measured=True, latency=None, throughput=Best("throughput", "spec", a, inside),
                              candidates=())
-    assert "+2.0%, inside the ±4.0% noise band." in prose.throughput(wc2)
+    assert "`spec` +2.0% against `baseline`, inside the ±4.0% noise band." in prose.throughput(wc2)

@@ -52,8 +52,8 @@ def runs(store: Path) -> list[dict]:
 
 
 def attach(store: Path, url: str, *extra: str, config: str = "baseline", campaign: str = "c1",
-           concurrency: str = "1,4"):
-    return cli("bench", "--url", url, "--config", config, "--campaign", campaign, "--workload", "w",
+           concurrency: str = "1,4", workload: str = "w"):
+    return cli("bench", "--url", url, "--config", config, "--campaign", campaign, "--workload", workload,
                "--concurrency", concurrency, "--num-prompts", "8", "--input-len", "16", "--output-len", "12",
                "--warmup", "1", "--no-progress", *extra, store=store)
 
@@ -286,7 +286,7 @@ def test_points_record_their_prompts_and_ignore_eos(emulator, store):
     r = attach(store, url, "--prompts", "random-ids", config="eagle3-topk1-v2", concurrency="1")
     assert r.exit_code == 0, r.output
     r = attach(store, url, "--no-ignore-eos", "--prompts", "diverse", "--api", "openai-completions",
-               config="eagle3-topk1-v2", campaign="c2", concurrency="1")
+               config="eagle3-topk1-v2", campaign="c2", workload="w-chat", concurrency="1")
     assert r.exit_code == 0, r.output
     params = {d["campaigns"][0]["name"]: d["points"][0]["workload_params"] for d in runs(store)}
     assert params["c1"]["prompts"] == "random-ids" and params["c1"]["ignore_eos"] is True
@@ -329,3 +329,35 @@ def test_points_record_the_servers_running_batch(emulator, store):
     assert doc["provenance"]["running_sample_s"] == 0.0
     assert not any(k.startswith("server_running") for k in doc["points"][0]["metrics"])
     assert doc["points"][0]["metrics"]["server_generation_tokens"] == 32 * 64  # the counters are still read
+
+
+def _run_files(store: Path) -> int:
+    return len([p for p in (store / "runs").glob("*.json") if not p.name.startswith(".")]) \
+        if (store / "runs").is_dir() else 0
+
+
+def test_campaign_checks_come_before_the_first_point(emulator, store):
+    """Issue 26: the server's facts are read, and the store's refusals made,
+    before anything is measured (a refusal once came after a point)."""
+    url = emulator("--profile", "eagle3-topk1-v2", "--speed", SPEED)
+    # a baseline whose server says it speculates
+    r = attach(store, url, concurrency="1")
+    assert r.exit_code == 1 and "config 'baseline' is the baseline, but its recorded facts" in r.output
+    assert "nothing was measured" in r.output and "rep 1/1" not in r.output and _run_files(store) == 0
+    # a simulated server into a campaign of real results
+    real = Path(__file__).parent / "fixtures" / "sglang_bench" / "v0_5_23_baseline.jsonl"
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    assert cli("ingest", "sglang-bench", str(real), "--config", "real-base", "--campaign", "c1", "--workload", "w0",
+               "--date", today, store=store).exit_code == 0
+    r = attach(store, url, config="spec", concurrency="1")
+    assert r.exit_code == 1 and "would mix simulated and real measurements" in r.output, r.output
+    assert "nothing was measured" in r.output and "rep 1/1" not in r.output and _run_files(store) == 1
+    # the same config again into the same campaign needs --append; another config does not
+    assert attach(store, url, config="spec", campaign="c2", concurrency="1").exit_code == 0
+    n = _run_files(store)
+    r = attach(store, url, config="spec", campaign="c2", concurrency="1")
+    assert r.exit_code == 1 and "campaign 'c2' already holds 1 point of config 'spec'" in r.output
+    assert "--append" in r.output and _run_files(store) == n
+    assert attach(store, url, "--append", config="spec", campaign="c2", concurrency="1").exit_code == 0
+    assert attach(store, url, config="spec-b", campaign="c2", concurrency="1").exit_code == 0
+    assert _run_files(store) == n + 2

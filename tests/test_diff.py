@@ -15,7 +15,7 @@ from conftest import HISTORY
 from findings import settings as settings_mod
 from findings.cli import main
 from findings.diff import diff_markdown
-from findings.errors import FindingsError
+from findings.errors import FindingsError, NotAStoreError
 
 TOML = """[findings]
 store = "benchmarks/results"
@@ -195,6 +195,10 @@ def test_single_commit_defaults_to_head(tmp_path: Path) -> None:
     git(repo, "init", "-q", "-b", "trunk")
     (repo / "findings.toml").write_text(TOML)
     commit(repo, "settings")
+    # no store on either side: not a store (a typo'd --store must not pass green)
+    with pytest.raises(NotAStoreError, match="not a findings store"):
+        diff_markdown(settings_of(repo))
+    (repo / "benchmarks" / "results" / "runs").mkdir(parents=True)
     md = diff_markdown(settings_of(repo))
     assert md.startswith("findings diff: no change against `HEAD` (")
     assert md.endswith("(0 campaigns, 0 points).\n") and md.count("\n") == 1

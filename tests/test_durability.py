@@ -155,7 +155,7 @@ def ingest_args(path: Path, tag: str, skip_existing: bool = False) -> list[str]:
     if path.suffix == ".csv":
         return ["ingest", "table", str(path), *extra]
     return ["ingest", "sglang-bench", str(path), "--config", "baseline", "--campaign", f"c-{tag}",
-            "--workload", "w", "--date", "2026-11-30", *extra]
+            "--workload", "w-import", "--date", "2026-11-30", *extra]
 
 
 # ---------------------------------------------------------------- checks
@@ -291,7 +291,7 @@ def test_bench_killed_at_random_moments(tmp_path: Path, emulator: str) -> None:
         delay = max(0.0, rng.uniform(0.4 * full, 1.0 * full) + shift)  # the first ~40% is start-up
         before = sum(n.endswith(".json") for n in digests)
         rc, err, took = kill_after(spawn(store, "bench", "--url", emulator, "--config", "baseline",
-                                         "--campaign", "bench-kill", *BENCH_ARGS, cwd=tmp_path), delay)
+                                         "--campaign", "bench-kill", "--append", *BENCH_ARGS, cwd=tmp_path), delay)
         dataset, now = check_store(store)
         for name, digest in digests.items():
             assert now.get(name) == digest, f"bench kill {i}: stored file {name} changed or vanished"
@@ -373,6 +373,7 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path, emulator: str) -> None:
         with lock:
             FIGURES["concurrent: store loads by a reader during the writes"] += n
 
+    (store / "runs").mkdir(parents=True, exist_ok=True)  # an empty store: readers answer "no points"
     threads = [threading.Thread(target=writer, args=(plan,)) for plan in plans]
     threads.append(threading.Thread(target=bench))
     watcher = threading.Thread(target=reader)

@@ -183,11 +183,13 @@ def test_no_speculation_no_draft_figures(tmp_path: Path, double) -> None:
 def test_the_llamacpp_document_shows_the_agreement(tmp_path: Path, double) -> None:
     """The llama.cpp template over a store measured against the double: the
     plain statement of what it is, and the agreement computed from the store."""
-    url = double("--accept", "0.75")
+    # The baseline's server does not speculate (its /slots say so: the store
+    # refuses a baseline whose facts say it drafts).
+    urls = {"baseline": double(), "spec": double("--accept", "0.75")}
     store = tmp_path / "store"
     # A window of about a second per point: the scrape window's few ms of
     # event-loop overhead stay well inside the 5% goal on a loaded machine.
-    for config in ("baseline", "spec"):
+    for config, url in urls.items():
         r = cli("--settings", str(ROOT / "benchmarks" / "llamacpp.findings.toml"), "bench", "--url", url,
                 "--config", config, "--campaign", "k", "--workload", "tiny-random", "--api", "openai-completions",
                 "--concurrency", "1,2", "--num-prompts", "16", "--output-len", "200", "--warmup", "2",

@@ -118,6 +118,9 @@ def test_templates_are_sandboxed(project, tmp_path):
 
 def test_empty_store_is_a_clear_error(project, tmp_path):
     r = render(project, tmp_path / "nothing", tmp_path / "x.md")
+    assert r.exit_code == 2 and "not a findings store (no such folder)" in r.output
+    (tmp_path / "empty" / "runs").mkdir(parents=True)
+    r = render(project, tmp_path / "empty", tmp_path / "x.md")
     assert r.exit_code == 1 and "holds no points" in r.output
 
 

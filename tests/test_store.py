@@ -141,7 +141,11 @@ def test_store_env_var_and_option(seed_store, tmp_path, monkeypatch):
     monkeypatch.setenv("FINDINGS_STORE", str(seed_store))
     r = cli("conclusions", "--json")
     assert r.exit_code == 0 and "eagle3-topk1-v2" in r.output
+    missing = tmp_path / "missing"
+    r = cli("--store", str(missing), "conclusions")
+    assert r.exit_code == 2 and "not a findings store" in r.output
     empty = tmp_path / "empty"
+    (empty / "runs").mkdir(parents=True)
     r = cli("--store", str(empty), "conclusions")
     assert r.exit_code == 0 and "no points" in r.output
 

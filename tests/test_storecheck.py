@@ -47,7 +47,7 @@ def test_damage_is_found_with_a_repair(tmp_path):
 
 def test_not_a_store(tmp_path):
     r = cli("store", "check", store=tmp_path / "nothing")
-    assert r.exit_code == 1 and "no runs/ folder" in r.output
+    assert r.exit_code == 2 and "not a findings store (no such folder)" in r.output
 
 
 def test_changed_source_is_a_note(tmp_path):

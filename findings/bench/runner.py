@@ -54,6 +54,12 @@ class BenchOptions:
     root: Path | None = None  # for the git commit in provenance
     matrix: Path | None = None  # the matrix file, hashed into each run's inputs
     until_decided: UntilDecided | None = None
+    #: The configured baseline, which must not speculate by its server's facts.
+    baseline: str | None = None
+    #: Store a workload name under a new definition (``--allow-workload-change``).
+    allow_workload_change: bool = False
+    #: Add points to a campaign already in the store (``--append``).
+    append: bool = False
     # Computed once per invocation by run_matrix, not once per point:
     commit: str | None = None  # git commit of the findings repo
     matrix_input: Input | None = None
@@ -319,13 +325,10 @@ def _run_id(doc: dict[str, Any]) -> tuple[str, str]:
     return f"bench-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{sha[:10]}", sha
 
 
-def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workload, sweep: Sweep,
-               concurrency: int, repeat: int, outcome: PointOutcome, started_wall: str,
-               environment: dict[str, Scalar], metrics: dict[str, float], conversations: int | None = None,
-               rate: float | None = None) -> Run:
-    requests = raw_columns(outcome)
-    source = "simulated" if target.simulated else "runner"
-    params: dict[str, Scalar] = {**w.params(), "num_prompts": outcome.planned, "api": sweep.api,
+def _params(target: _Target, w: Workload, sweep: Sweep, planned: int, rate: float | None,
+            conversations: int | None) -> dict[str, Scalar]:
+    """The workload parameters a point records."""
+    params: dict[str, Scalar] = {**w.params(), "num_prompts": planned, "api": sweep.api,
                                  "transport": sweep.transport, "warmup": sweep.warmup}
     if w.load is not None:
         params.update(w.load.params(rate))
@@ -337,6 +340,48 @@ def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workl
     if w.kind == "random-ids" and target.vocab is not None:
         params["vocab_size"] = target.vocab[0]
         params["vocab_source"] = target.vocab[1]
+    return params
+
+
+def _preflight(target: _Target, campaign: Campaign, workloads: list[Workload], sweep: Sweep,
+               opts: BenchOptions) -> None:
+    """Before the first point: would the store take this config's points?
+    The server's facts are read by now, so a simulated server into a real
+    campaign, a baseline that speculates, a redefined workload or a config
+    with other facts in this campaign is refused before anything is measured."""
+    source = "simulated" if target.simulated else "runner"
+    probes = []
+    for i, w in enumerate(workloads):
+        rid = f"preflight-{i}"
+        rates = w.load.rates if w.load is not None and w.load.rates else (None,)
+        point = Point(id=point_id(rid, 0), run_id=rid, campaign=campaign.name, config=target.spec.name,
+                      workload=w.name, concurrency=sweep.concurrency[0] if sweep.concurrency else 1, metrics={},
+                      source=source, source_file=None, source_line=None,
+                      workload_params=_params(target, w, sweep, w.num_prompts, rates[0], None))
+        probes.append(Run(schema_version=SCHEMA_VERSION, run_id=rid, source=source, importer=IMPORTER,
+                          importer_version=IMPORTER_VERSION, tool_version=__version__, created_at=_now_iso(),
+                          source_file=f"config {target.spec.name}", source_sha256=f"preflight-{time.time_ns()}-{i}",
+                          environment={}, campaigns=(campaign,), configs={target.spec.name: target.facts},
+                          points=(point,)))
+    stored = store.preflight(opts.store, probes, baseline=opts.baseline,
+                             allow_workload_change=opts.allow_workload_change)
+    names = {w.name for w in workloads}
+    again = sum(1 for p in stored if p.campaign == campaign.name and p.config == target.spec.name
+                and p.workload in names)
+    if again and not opts.append:
+        raise FindingsError(
+            f"campaign {campaign.name!r} already holds {again} point{'' if again == 1 else 's'} of config {target.spec.name!r} on "
+            f"{', '.join(sorted(names))} in {opts.store}: pass --append to add this run's points to them (more "
+            f"repeats, an interrupted run), or --campaign-suffix SUFFIX for a new campaign; nothing was measured")
+
+
+def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workload, sweep: Sweep,
+               concurrency: int, repeat: int, outcome: PointOutcome, started_wall: str,
+               environment: dict[str, Scalar], metrics: dict[str, float], conversations: int | None = None,
+               rate: float | None = None) -> Run:
+    requests = raw_columns(outcome)
+    source = "simulated" if target.simulated else "runner"
+    params = _params(target, w, sweep, outcome.planned, rate, conversations)
     provenance: dict[str, Scalar] = {
         "url": target.url, "repeat": repeat, "started_at": started_wall, "ended_at": _now_iso(),
         "flush_cache": sweep.flush_cache, "running_sample_s": sweep.running_sample_s, "tool_version": __version__,
@@ -457,7 +502,8 @@ class _Driver:
         run = _point_run(self.opts, target, campaign, w, sweep, c, repeat, outcome, started_wall, self.environment,
                          metrics, conversations=len(prompts), rate=rate)
         try:
-            path = store.add_run(self.opts.store, run)
+            path = store.add_run(self.opts.store, run, baseline=self.opts.baseline,
+                                 allow_workload_change=self.opts.allow_workload_change)
         except diskio.DiskError as exc:
             _refused(self.opts, self.report, run, label, exc)
             raise _Stopped from None
@@ -602,13 +648,13 @@ def _gone_message(target: _Target) -> str:
 
 
 def _campaign(name: str, opts: BenchOptions, index: int, stamp: int) -> Campaign:
-    existing = {c.name: c for c in store.load(opts.store).campaigns} if opts.store.exists() else {}
+    existing = {c.name: c for c in store.merge(store.load_runs(opts.store, requests=False)).campaigns}
     old = existing.get(name)
     if old is not None:
         if old.date != opts.date:
             raise FindingsError(
                 f"campaign {name!r} already exists in {opts.store} with date {old.date or old.when}; "
-                f"choose another name (or --campaign-suffix)")
+                f"choose another name (or --campaign-suffix); nothing was measured")
         return old
     return Campaign(name=name, date=opts.date, order=stamp * 100 + index)
 
@@ -675,6 +721,7 @@ def _campaigns(matrix: Matrix, opts: BenchOptions, report: BenchReport, environm
                 _check_store(target, opts)
                 workloads = [matrix.workloads[w] for w in spec.workloads]
                 _check_vocab(target, workloads)
+                _preflight(target, campaign, workloads, spec.sweep, opts)
                 asyncio.run(_sweep_config(target, campaign, spec, workloads, opts, report, environment))
             finally:
                 target.control.close()
@@ -706,6 +753,7 @@ def _until_decided_campaign(matrix: Matrix, spec: CampaignSpec, campaign: Campai
         workloads = [matrix.workloads[w] for w in spec.workloads]
         for target in targets.values():
             _check_vocab(target, workloads)
+            _preflight(target, campaign, workloads, spec.sweep, opts)
         asyncio.run(_sweep_until_decided(targets, campaign, spec, workloads, opts, report, environment,
                                          _bands(opts)))
     finally:
@@ -724,8 +772,8 @@ def _bands(opts: BenchOptions) -> Callable[[Workload, int, bool], float]:
     until = opts.until_decided
     assert until is not None
     rules = Rules(baseline=until.baseline, noise_floor=until.noise_floor, confidence=until.confidence)
-    data = store.load(opts.store) if opts.store.exists() else None
-    tables = regressions.tables(data, rules, cells(data, rules)) if data is not None and data.points else {}
+    data = store.merge(store.load_runs(opts.store))
+    tables = regressions.tables(data, rules, cells(data, rules)) if data.points else {}
 
     def band(w: Workload, c: int, simulated: bool) -> float:
         table = tables.get(analysis_workload(w.name, simulated))
@@ -765,7 +813,8 @@ def bench_attach(url: str, config: str, campaign: str, workload: Workload, sweep
 
 def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_dir: str | None,
             api_key: str | None, progress: bool, until_decided: bool = False, max_repeats: int = 10,
-            max_minutes: float | None = None) -> BenchOptions:
+            max_minutes: float | None = None, append: bool = False,
+            allow_workload_change: bool = False) -> BenchOptions:
     """Runner options from the settings and the command line."""
     from findings.schema import valid_date
     day = date or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
@@ -775,7 +824,8 @@ def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_d
                         home_simulated=settings.simulated_store,
                         log_dir=Path(log_dir) if log_dir else settings.root / "build" / "logs",
                         date=day, campaign_suffix=campaign_suffix, api_key=api_key, progress=progress,
-                        root=settings.root,
+                        root=settings.root, baseline=settings.rules.baseline, append=append,
+                        allow_workload_change=allow_workload_change,
                         until_decided=UntilDecided(settings.rules.baseline, settings.rules.noise_floor,
                                                    settings.rules.confidence, max_repeats, max_minutes)
                         if until_decided else None)

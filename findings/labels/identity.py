@@ -1,0 +1,176 @@
+"""What a name stands for, and the refusals when a new run says otherwise.
+
+Pure: functions of runs, no I/O. The store's writer asks before anything is
+written (findings/store.py), so a mislabelled import is refused with one
+line naming the differing keys, instead of being pooled (D89):
+
+- a **workload** name has one definition across the store: input and output
+  lengths, the prompt set or dataset hash, ``ignore_eos``, the API;
+- within one **campaign**, a config name has one set of **facts**
+  (facts may change between campaigns: that is how regressions are explained);
+- the **baseline** does not speculate by its recorded facts.
+
+A key recorded by one side only is unknown on the other, never a
+difference: a hand-made table that records no lengths is never refused
+against a runner's points that do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from findings.model import Run, Scalar
+
+#: Workload keys every tool means the same by: (our key, the tools' keys).
+NEUTRAL = (
+    ("input_len", ("input_len", "random_input_len")),
+    ("output_len", ("output_len", "random_output_len", "sharegpt_output_len")),
+    ("ignore_eos", ("ignore_eos",)),
+    ("dataset_sha256", ("dataset_sha256",)),
+)
+#: Keys compared only between runs of the same importer, whose names for a
+#: prompt set or an API are their own (sglang's "random" is findings'
+#: "random-ids"; vLLM's "openai" endpoint is findings' "openai-completions").
+OWN = ("prompts", "dataset", "dataset_name", "dataset_file", "api", "endpoint_type", "backend",
+       "random_range_ratio", "multi_turn", "max_turns", "dataset_category", "tool")
+#: Facts that name where and when a server ran, not what it is: a config
+#: relaunched on another port (a campaign continued with --append) is the same.
+VOLATILE_FACTS = frozenset({"launch_command", "launch", "emulator_speed"})
+#: speculative_algorithm values that mean "no speculation".
+NO_SPECULATION = frozenset({"", "none", "null", "false", "off", "disabled"})
+
+
+def _bool(v: Scalar) -> Scalar:
+    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.lower() in ("true", "1", "yes")
+    return v
+
+
+def _number(v: Scalar) -> Scalar:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return v
+        return int(f) if f.is_integer() else f
+    return v
+
+
+def definition(importer: str, params: Mapping[str, Scalar]) -> dict[str, Scalar]:
+    """A point's workload definition, in comparable keys."""
+    out: dict[str, Scalar] = {}
+    for ours, theirs in NEUTRAL:
+        for key in theirs:
+            if params.get(key) is not None:
+                v = params[key]
+                out[ours] = _bool(v) if ours == "ignore_eos" else _number(v) if ours.endswith("_len") else v
+                break
+    for key in OWN:
+        if params.get(key) is not None:
+            out[f"{importer}:{key}"] = params[key]
+    return out
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One value of a key, and where it was stored."""
+
+    value: Scalar
+    run_id: str
+
+
+def workload_definitions(run: Run) -> dict[str, dict[str, set[Scalar]]]:
+    """{workload: {key: the values the run's points give it}}."""
+    out: dict[str, dict[str, set[Scalar]]] = {}
+    for p in run.points:
+        here = out.setdefault(p.workload, {})
+        for k, v in definition(run.importer, p.workload_params).items():
+            here.setdefault(k, set()).add(v)
+    return out
+
+
+def _show(key: str, v: Scalar) -> str:
+    return f"{key.split(':', 1)[-1]}={v!r}" if isinstance(v, str) else f"{key.split(':', 1)[-1]}={v}"
+
+
+def workload_conflicts(stored: Iterable[Run], run: Run) -> list[str]:
+    """Why ``run`` redefines a workload name of ``stored`` (or of itself):
+    one phrase per differing key; empty when it does not. A key's stored
+    definition is the one of the latest-written run that records it, so a
+    change stored with ``--allow-workload-change`` defines the name from
+    then on."""
+    mine = workload_definitions(run)
+    out: list[str] = []
+    for name, keys in sorted(mine.items()):
+        for key, values in sorted(keys.items()):
+            if len(values) > 1:
+                shown = ", ".join(sorted(_show(key, v) for v in values))
+                out.append(f"workload {name!r}: this file gives it several definitions ({shown})")
+    latest: dict[tuple[str, str], tuple[tuple[str, str], set[Scalar]]] = {}
+    for old in stored:
+        when = (old.created_at, old.run_id)
+        for name, keys in workload_definitions(old).items():
+            if name not in mine:
+                continue
+            for key, values in keys.items():
+                if key in mine[name] and ((name, key) not in latest or latest[name, key][0] < when):
+                    latest[name, key] = (when, values)
+    for (name, key), ((_, rid), values) in sorted(latest.items()):
+        new = mine[name][key]
+        if len(new) == 1 and new != values:
+            (v,) = new
+            was = ", ".join(sorted(_show(key, x) for x in values))
+            out.append(f"workload {name!r}: {_show(key, v)} here, {was} in run {rid}")
+    return out
+
+
+def facts_of(run: Run, config: str, campaign: str) -> dict[str, Scalar]:
+    facts = dict(run.configs.get(config, {}))
+    facts.update(run.campaign_configs.get(campaign, {}).get(config, {}))
+    return {k: v for k, v in facts.items() if k not in VOLATILE_FACTS}
+
+
+def measured(run: Run) -> set[tuple[str, str]]:
+    return {(p.config, p.campaign) for p in run.points}
+
+
+def facts_conflicts(stored: Iterable[Run], run: Run) -> list[str]:
+    """Why ``run`` gives a config other facts than a stored run of the same
+    campaign gives it: one phrase per (config, campaign)."""
+    out: list[str] = []
+    mine = {pair: facts_of(run, *pair) for pair in sorted(measured(run))}
+    for old in stored:
+        for (config, campaign), facts in mine.items():
+            if (config, campaign) not in measured(old):
+                continue
+            theirs = facts_of(old, config, campaign)
+            differ = sorted((k for k in facts.keys() & theirs.keys() if facts[k] != theirs[k]),
+                            key=lambda k: (not k.startswith("speculative"), k))
+            if differ:
+                shown = "; ".join(f"{k}={facts[k]!r} here, {theirs[k]!r} in run {old.run_id}" for k in differ[:3])
+                more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+                out.append(f"config {config!r} in campaign {campaign!r}: {shown}{more}")
+    return list(dict.fromkeys(out))
+
+
+def speculates(facts: Mapping[str, Scalar]) -> str | None:
+    """The speculative algorithm the facts record, or None when they record none."""
+    algo = facts.get("speculative_algorithm")
+    if algo is None or str(algo).strip().lower() in NO_SPECULATION:
+        return None
+    return str(algo)
+
+
+def baseline_conflicts(run: Run, baseline: str) -> list[str]:
+    """The baseline's campaigns in which its recorded facts say it speculates."""
+    out = []
+    for config, campaign in sorted(measured(run)):
+        if config == baseline:
+            algo = speculates(facts_of(run, config, campaign))
+            if algo is not None:
+                out.append(f"config {baseline!r} is the baseline, but its recorded facts in campaign "
+                           f"{campaign!r} say speculative_algorithm={algo}")
+    return out

@@ -23,11 +23,37 @@ from findings.settings import Settings
 from findings.validity import failures_unknown, flagged
 
 
-def _label(settings: Settings) -> str:
+def _top(settings: Settings) -> Path:
+    """The repository the settings live in (the nearest folder with .git at
+    or above them), else the settings' folder: where rendered commands run."""
+    for folder in (settings.root, *settings.root.parents):
+        if (folder / ".git").exists():
+            return folder
+    return settings.root
+
+
+def _rel(path: Path, top: Path) -> str:
     try:
-        return str(Path(os.path.relpath(settings.store.resolve(), settings.root)))
+        return str(Path(os.path.relpath(path.resolve(), top)))
     except ValueError:
-        return str(settings.store)
+        return str(path)
+
+
+def _label(settings: Settings) -> str:
+    """The store, as a path from the repository root."""
+    return _rel(settings.store, _top(settings))
+
+
+def _cli(settings: Settings) -> str:
+    """``findings`` with the options that make a command in the document
+    valid when pasted at the repository root: --settings unless it is the
+    root's own findings.toml, and --store."""
+    import shlex
+    top = _top(settings)
+    parts = ["findings"]
+    if settings.file is not None and settings.file != (top / "findings.toml").resolve():
+        parts += ["--settings", shlex.quote(_rel(settings.file, top))]
+    return " ".join(parts + ["--store", shlex.quote(_label(settings))])
 
 
 def _plots_dir(settings: Settings, document: Path) -> Path:
@@ -55,7 +81,7 @@ def _derive(settings: Settings, document: Path, data: Dataset, acts: list[str]) 
     if not data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
     doc = report.build(data, settings.rules, settings.title, _label(settings), settings.slo,
-                       settings.detail_campaigns, acts)
+                       settings.detail_campaigns, acts, _cli(settings))
     plots: dict[str, Any] = {}
     if settings.plots:
         from findings.plots import file_name
@@ -287,7 +313,7 @@ def plan(settings: Settings, *, workload: str | None = None, config: str | None 
     if source is not None and result.questions:
         header = (f"findings plan: {len(result.questions)} open question(s) of the store {_label(settings)}, "
                   f"most decisive first,\nwith the configs and workloads of {source.path}.\n"
-                  f"Run: findings --store {_label(settings)} bench THIS-FILE"
+                  f"Run: {_cli(settings)} bench THIS-FILE"
                   f"{' --until-decided' if any(q.kind == 'undecided' for q in result.questions) else ''}")
         try:
             matrix = plan_lib.matrix_toml(result, source, header)

@@ -471,19 +471,17 @@ def baseline_moved(wc: WorkloadConclusion, table: Table, found: Sequence[Move], 
     return out
 
 
-def suspect_sentence(m: Move, code: Callable[[str], str] = str, store: str | None = None) -> str:
-    """``baseline`` moved 3.90x ... and the commands that fix a wrong label."""
-    import shlex
-
+def suspect_sentence(m: Move, code: Callable[[str], str] = str, cli: str = "findings") -> str:
+    """``baseline`` moved 3.90x ... and the commands that fix a wrong label
+    (``cli``: ``findings`` and the options that find the store)."""
     worst = max(m.ratios, key=lambda x: abs(math.log(x[1])))
     run = m.run_ids[0] if len(m.run_ids) == 1 else "RUN_ID"
     runs = "" if len(m.run_ids) == 1 else f" (runs {', '.join(code(r) for r in m.run_ids)})"
-    where = f" --store {shlex.quote(store)}" if store else ""
     return (f"{code(m.config)} moved {worst[1]:.2f}x at C={worst[0]} from {code(m.previous_campaign)} to "
             f"{code(m.campaign)} ({m.per_c()}) with no recorded fact changed, beyond any plausible drift "
             f"({SUSPECT_RATIO:g}x): its points there are left out of every verdict, band and best. If a label is "
-            f"wrong{runs}: {code(f'findings{where} store relabel {run} --workload NEW')} (or --config, --campaign), "
-            f"or {code(f'findings{where} store retract {run} --why TEXT')}.")
+            f"wrong{runs}: {code(f'{cli} store relabel {run} --workload NEW')} (or --config, --campaign), "
+            f"or {code(f'{cli} store retract {run} --why TEXT')}.")
 
 
 def to_json(step: Move) -> dict[str, object]:

@@ -332,7 +332,7 @@ def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], li
     return changed[-limit:], unchanged[-limit:], earlier
 
 
-def _regressions(moves: list[regressions.Move], earlier: int, store_label: str) -> dict[str, Any]:
+def _regressions(moves: list[regressions.Move], earlier: int, cli: str) -> dict[str, Any]:
     """The "Regressions and improvements" section: the steps as a table, and
     the moves beyond the band left as drift, each with why."""
     steps = [m for m in moves if m.is_step]
@@ -350,11 +350,11 @@ def _regressions(moves: list[regressions.Move], earlier: int, store_label: str) 
              f"{fmt.code(m.campaign)}: {m.per_c()}; {fmt.text(m.reason)}" for m in latest]
     return {"steps": table if steps else None, "drift": drift, "earlier": earlier,
             "drift_total": len(drifts),
-            "suspect": [f"{fmt.code(m.workload)}: {regressions.suspect_sentence(m, fmt.code, store_label)}"
+            "suspect": [f"{fmt.code(m.workload)}: {regressions.suspect_sentence(m, fmt.code, cli)}"
                         for m in moves if m.suspect]}
 
 
-def _questions(data: Dataset, rules: Rules, done: regressions.Concluded, store_label: str) -> list[dict[str, str]]:
+def _questions(data: Dataset, rules: Rules, done: regressions.Concluded, cli: str) -> list[dict[str, str]]:
     """The "Open questions" section: each question in one line, and the
     commands that answer it (findings plan, then findings bench)."""
     from findings import plan
@@ -363,10 +363,9 @@ def _questions(data: Dataset, rules: Rules, done: regressions.Concluded, store_l
     for q in plan.questions(data, rules, done):
         src = "" if set(q.configs) <= recorded else " --from-matrix MATRIX.toml"
         until = " --until-decided" if q.kind == "undecided" else ""
-        st = shlex.quote(store_label)
-        command = (f"findings --store {st} plan --workload {shlex.quote(q.base_workload)} "
+        command = (f"{cli} plan --workload {shlex.quote(q.base_workload)} "
                    f"--config {shlex.quote(q.config)} --kind {q.kind}{src} --output build/plan.toml && "
-                   f"findings --store {st} bench build/plan.toml{until}")
+                   f"{cli} bench build/plan.toml{until}")
         out.append({"line": plan.line(q), "command": command})
     return out
 
@@ -422,12 +421,16 @@ def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, 
 
 
 def build(data: Dataset, rules: Rules, title: str, store_label: str,
-          slo: views.Slo = views.Slo(), detail: int = 0, amendments: Sequence[str] = ()) -> dict[str, Any]:
+          slo: views.Slo = views.Slo(), detail: int = 0, amendments: Sequence[str] = (),
+          cli: str | None = None) -> dict[str, Any]:
     """The document's content. ``detail``: how many of the latest campaigns
     get a section of their own (0: all); lists that grow with the number of
     campaigns (history, campaign names, flagged points, cross-checks, the
     appendix) stop at the same number, so the document stays readable, and
-    quick to render, however long the store's history."""
+    quick to render, however long the store's history. ``cli``: ``findings``
+    with the options that run the document's commands from the repository
+    root (default: ``findings --store STORE``)."""
+    cli = cli or f"findings --store {shlex.quote(store_label)}"
     shown = data.campaigns[-detail:] if detail else data.campaigns
     hidden = data.campaigns[:len(data.campaigns) - len(shown)]
     shown_names = {c.name for c in shown}
@@ -487,7 +490,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "policies": policies,
             "baseline_moved": [done.baseline_moved[wc.workload][c.config].sentence(fmt.code, fmt.text)
                                for c in wc.candidates if c.config in done.baseline_moved.get(wc.workload, {})],
-            "suspect": [regressions.suspect_sentence(m, fmt.code, store_label) for m in done.suspect
+            "suspect": [regressions.suspect_sentence(m, fmt.code, cli) for m in done.suspect
                         if m.workload == wc.workload],
             "deploy": [_deploy_block(d) for d in deployments if d.workload == wc.workload],
             "cross_checks": [x for c in cands if (x := prose.cross_check(c))],
@@ -592,8 +595,8 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "campaigns": campaigns,
         "appendix": appendix,
         "appendix_left_out": len(data.points) - len(appendix.rows),
-        "regressions": _regressions(moves_shown, len(found) - len(moves_shown), store_label),
-        "questions": _questions(data, rules, done, store_label),
+        "regressions": _regressions(moves_shown, len(found) - len(moves_shown), cli),
+        "questions": _questions(data, rules, done, cli),
     }
 
 

@@ -51,6 +51,8 @@ class Settings:
     plots: bool = False
     #: Sections for the latest this many campaigns only (0: all); see report.build.
     detail_campaigns: int = DEFAULT_DETAIL_CAMPAIGNS
+    #: The settings file read (it may not exist: the defaults then).
+    file: Path | None = None
 
     def with_overrides(self, *, store: str | None = None, baseline: str | None = None,
                        noise_floor: float | None = None) -> "Settings":
@@ -135,6 +137,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
     store = os.environ.get("FINDINGS_STORE") or None
     home = rel(table.get("store", DEFAULT_STORE))
     return Settings(
+        file=path.resolve(),
         home_store=home,
         simulated_store=table.get("simulated", False),
         plots=table.get("plots", False),

@@ -290,20 +290,21 @@ def _check_labels(existing: list[Run], runs: list[Run], baseline: str | None, al
     """A workload name keeps its definition, a config its facts within a
     campaign, and the baseline does not speculate (findings/labels/identity.py)."""
     _check_baseline(runs, baseline)
-    for i, run in enumerate(runs):
-        before = existing + runs[:i]
+    known = identity.Known(existing)
+    for run in runs:
         label = run.source_file or run.run_id
         if not allow_workload_change:
-            found = identity.workload_conflicts(before, run)
+            found = known.workload_conflicts(run)
             if found:
                 more = f" (and {len(found) - 2} more)" if len(found) > 2 else ""
                 raise LabelError(f"{label}: {'; '.join(found[:2])}{more}: a workload name has one definition; "
                                  f"store it under a new name (--workload NEW), or pass --allow-workload-change "
                                  f"if the workload really changed; nothing was written")
-        found = identity.facts_conflicts(before, run)
+        found = known.facts_conflicts(run)
         if found:
             raise LabelError(f"{label}: {found[0]}: within a campaign a config has one set of facts; name the "
                              f"config otherwise (--config NEW) or measure it in a new campaign; nothing was written")
+        known.add(run)
 
 
 def _check_not_stored(existing: list[Run], run: Run) -> None:

@@ -148,12 +148,13 @@ def _whole(runs: list[Run]) -> list[Finding]:
         if len(k) > 1:
             out.append(Finding("error", name, f"campaign {name!r} mixes simulated and real points",
                                "move the simulated runs to a simulated store (benchmarks/results-emulated)"))
-    ordered = sorted(runs, key=lambda r: (r.created_at, r.run_id))
-    for i, run in enumerate(ordered):
-        for problem in identity.workload_conflicts(ordered[:i], run) + identity.facts_conflicts(ordered[:i], run):
+    known = identity.Known()
+    for run in sorted(runs, key=lambda r: (r.created_at, r.run_id)):
+        for problem in known.workload_conflicts(run) + known.facts_conflicts(run):
             out.append(Finding("warning", str(run.path), problem,
                                f"if a label is wrong: findings store relabel {run.run_id} --workload/--config NEW "
                                f"(or store retract it)"))
+        known.add(run)
     for name in sorted({p.config for p in merged.points} - set(merged.configs)):
         out.append(Finding("warning", name, f"config {name!r} has points but no recorded facts",
                            "re-ingest with --configs, or measure it with findings bench"))

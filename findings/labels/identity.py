@@ -17,7 +17,6 @@ against a runner's points that do.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from findings.model import Run, Scalar
@@ -74,14 +73,6 @@ def definition(importer: str, params: Mapping[str, Scalar]) -> dict[str, Scalar]
     return out
 
 
-@dataclass(frozen=True)
-class Seen:
-    """One value of a key, and where it was stored."""
-
-    value: Scalar
-    run_id: str
-
-
 def workload_definitions(run: Run) -> dict[str, dict[str, set[Scalar]]]:
     """{workload: {key: the values the run's points give it}}."""
     out: dict[str, dict[str, set[Scalar]]] = {}
@@ -96,35 +87,78 @@ def _show(key: str, v: Scalar) -> str:
     return f"{key.split(':', 1)[-1]}={v!r}" if isinstance(v, str) else f"{key.split(':', 1)[-1]}={v}"
 
 
-def workload_conflicts(stored: Iterable[Run], run: Run) -> list[str]:
-    """Why ``run`` redefines a workload name of ``stored`` (or of itself):
-    one phrase per differing key; empty when it does not. A key's stored
-    definition is the one of the latest-written run that records it, so a
-    change stored with ``--allow-workload-change`` defines the name from
-    then on."""
-    mine = workload_definitions(run)
-    out: list[str] = []
-    for name, keys in sorted(mine.items()):
-        for key, values in sorted(keys.items()):
-            if len(values) > 1:
-                shown = ", ".join(sorted(_show(key, v) for v in values))
-                out.append(f"workload {name!r}: this file gives it several definitions ({shown})")
-    latest: dict[tuple[str, str], tuple[tuple[str, str], set[Scalar]]] = {}
-    for old in stored:
-        when = (old.created_at, old.run_id)
-        for name, keys in workload_definitions(old).items():
-            if name not in mine:
-                continue
+class Known:
+    """What the stored runs say the names stand for, built in one pass: each
+    workload key's latest-written definition, and each (config, campaign)'s
+    facts as first stored (a write keeps them agreeing)."""
+
+    def __init__(self, runs: Iterable[Run] = ()) -> None:
+        #: (workload, key) -> ((created_at, run_id), values)
+        self.definitions: dict[tuple[str, str], tuple[tuple[str, str], set[Scalar]]] = {}
+        #: (config, campaign) -> key -> (value, run_id)
+        self.facts: dict[tuple[str, str], dict[str, tuple[Scalar, str]]] = {}
+        for run in runs:
+            self.add(run)
+
+    def add(self, run: Run) -> None:
+        when = (run.created_at, run.run_id)
+        for name, keys in workload_definitions(run).items():
             for key, values in keys.items():
-                if key in mine[name] and ((name, key) not in latest or latest[name, key][0] < when):
-                    latest[name, key] = (when, values)
-    for (name, key), ((_, rid), values) in sorted(latest.items()):
-        new = mine[name][key]
-        if len(new) == 1 and new != values:
-            (v,) = new
-            was = ", ".join(sorted(_show(key, x) for x in values))
-            out.append(f"workload {name!r}: {_show(key, v)} here, {was} in run {rid}")
-    return out
+                old = self.definitions.get((name, key))
+                if old is None or old[0] < when:
+                    self.definitions[name, key] = (when, values)
+        for pair in measured(run):
+            here = self.facts.setdefault(pair, {})
+            for key, value in facts_of(run, *pair).items():
+                here.setdefault(key, (value, run.run_id))
+
+    def workload_conflicts(self, run: Run) -> list[str]:
+        """Why ``run`` redefines a workload name (or defines one twice itself):
+        one phrase per differing key; empty when it does not."""
+        mine = workload_definitions(run)
+        out: list[str] = []
+        for name, keys in sorted(mine.items()):
+            for key, values in sorted(keys.items()):
+                if len(values) > 1:
+                    shown = ", ".join(sorted(_show(key, v) for v in values))
+                    out.append(f"workload {name!r}: this file gives it several definitions ({shown})")
+                    continue
+                old = self.definitions.get((name, key))
+                if old is not None and values != old[1]:
+                    (v,) = values
+                    was = ", ".join(sorted(_show(key, x) for x in old[1]))
+                    out.append(f"workload {name!r}: {_show(key, v)} here, {was} in run {old[0][1]}")
+        return out
+
+    def facts_conflicts(self, run: Run) -> list[str]:
+        """Why ``run`` gives a config other facts than the store gives it in
+        the same campaign: one phrase per (config, campaign)."""
+        out: list[str] = []
+        for config, campaign in sorted(measured(run)):
+            theirs = self.facts.get((config, campaign))
+            if not theirs:
+                continue
+            facts = facts_of(run, config, campaign)
+            differ = sorted((k for k in facts.keys() & theirs.keys() if facts[k] != theirs[k][0]),
+                            key=lambda k: (not k.startswith("speculative"), k))
+            if differ:
+                shown = "; ".join(f"{k}={facts[k]!r} here, {theirs[k][0]!r} in run {theirs[k][1]}"
+                                  for k in differ[:3])
+                more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+                out.append(f"config {config!r} in campaign {campaign!r}: {shown}{more}")
+        return out
+
+
+def workload_conflicts(stored: Iterable[Run], run: Run) -> list[str]:
+    """``Known(stored).workload_conflicts(run)``. A key's stored definition
+    is the one of the latest-written run that records it, so a change stored
+    with ``--allow-workload-change`` defines the name from then on."""
+    return Known(stored).workload_conflicts(run)
+
+
+def facts_conflicts(stored: Iterable[Run], run: Run) -> list[str]:
+    """``Known(stored).facts_conflicts(run)``."""
+    return Known(stored).facts_conflicts(run)
 
 
 def facts_of(run: Run, config: str, campaign: str) -> dict[str, Scalar]:
@@ -135,25 +169,6 @@ def facts_of(run: Run, config: str, campaign: str) -> dict[str, Scalar]:
 
 def measured(run: Run) -> set[tuple[str, str]]:
     return {(p.config, p.campaign) for p in run.points}
-
-
-def facts_conflicts(stored: Iterable[Run], run: Run) -> list[str]:
-    """Why ``run`` gives a config other facts than a stored run of the same
-    campaign gives it: one phrase per (config, campaign)."""
-    out: list[str] = []
-    mine = {pair: facts_of(run, *pair) for pair in sorted(measured(run))}
-    for old in stored:
-        for (config, campaign), facts in mine.items():
-            if (config, campaign) not in measured(old):
-                continue
-            theirs = facts_of(old, config, campaign)
-            differ = sorted((k for k in facts.keys() & theirs.keys() if facts[k] != theirs[k]),
-                            key=lambda k: (not k.startswith("speculative"), k))
-            if differ:
-                shown = "; ".join(f"{k}={facts[k]!r} here, {theirs[k]!r} in run {old.run_id}" for k in differ[:3])
-                more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
-                out.append(f"config {config!r} in campaign {campaign!r}: {shown}{more}")
-    return list(dict.fromkeys(out))
 
 
 def speculates(facts: Mapping[str, Scalar]) -> str | None:

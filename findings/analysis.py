@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
 
+from findings.derive import crossover as crossover_mod
 from findings.model import THROUGHPUT, Dataset, Point
 from findings.stats import ratio_bounds, ratio_ci, window_series
 from findings.validity import Gates, flagged
@@ -116,6 +117,15 @@ class Comparison:
     def concurrency(self) -> int:
         return self.a.concurrency
 
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The ratio's lower and upper bound as the verdict judges it: a win
+        is "lower bound above 1", a loss "upper bound below 1"."""
+        lo, hi = self.ratio - self.band, self.ratio + self.band
+        if self.ci is not None:
+            lo, hi = min(lo, self.ci[0]), max(hi, self.ci[1])
+        return lo, hi
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -126,6 +136,23 @@ class Candidate:
     #: The same candidate cells against the baseline of *other* campaigns at
     #: that C (unpaired): how much of a verdict depends on which baseline run.
     cross: tuple[Comparison, ...] = ()
+    #: Where the ratio crosses the baseline, for a threshold policy
+    #: (findings/derive/crossover.py).
+    crossover: crossover_mod.Crossover | None = None
+    #: Cs the candidate measured where the baseline never was, and the other way round.
+    candidate_only: tuple[int, ...] = ()
+    baseline_only: tuple[int, ...] = ()
+
+    @property
+    def noise_measured(self) -> bool:
+        """Whether any band rests on measured noise (repeats, an interval, the
+        baseline's drift) rather than on the floor alone."""
+        return any(c.ci is not None or c.a.n > 1 or c.b.n > 1 or c.drift > 0 for c in self.comparisons)
+
+    @property
+    def judged(self) -> tuple[Comparison, ...]:
+        """The comparisons with a verdict (not ``not comparable``)."""
+        return tuple(c for c in self.comparisons if c.verdict != NOT_COMPARABLE)
 
     @property
     def verdicts(self) -> dict[int, str]:
@@ -426,10 +453,19 @@ def _verdict_settled(samples: tuple[tuple[float, ...], tuple[float, ...]], delta
 
 # ---------------------------------------------------------------- policy
 
-def policy(verdicts: list[tuple[int, str]]) -> tuple[str, int | None]:
+def policy(verdicts: list[tuple[int, str]], ratios: list[float] | None = None) -> tuple[str, int | None]:
     """The policy vocabulary of docs/architecture.md, from verdicts sorted by C
-    (a C whose comparison is not comparable counts as not compared)."""
-    verdicts = [(c, v) for c, v in verdicts if v != NOT_COMPARABLE]
+    (a C whose comparison is not comparable counts as not compared).
+
+    The threshold rule (D90): a switch is never placed at a C that measured
+    against it. ``on-below`` T: the last C before the first loss whose
+    ratio is at least 1 (a win, or a tie that measured for speculation);
+    ``on-above`` T: the first C after the last loss whose ratio is at least 1.
+    Without ``ratios`` (the open loop's rate verdicts), the C next to the
+    losses."""
+    keep = [i for i, (_, v) in enumerate(verdicts) if v != NOT_COMPARABLE]
+    rs = [ratios[i] for i in keep] if ratios is not None else None
+    verdicts = [verdicts[i] for i in keep]
     seq = [v for _, v in verdicts]
     concs = [c for c, _ in verdicts]
     wins = [i for i, v in enumerate(seq) if v == WIN]
@@ -443,11 +479,15 @@ def policy(verdicts: list[tuple[int, str]]) -> tuple[str, int | None]:
     if losses and not wins:
         return "off", None
     if max(wins) < min(losses):
-        first_loss = min(losses)
-        return "on-below", concs[first_loss - 1]
+        t = min(losses) - 1
+        while rs is not None and rs[t] < 1 and seq[t] != WIN:
+            t -= 1  # a tie below the baseline measured against speculation there
+        return "on-below", concs[t]
     if max(losses) < min(wins):
-        last_loss = max(losses)
-        return "on-above", concs[last_loss + 1]
+        t = max(losses) + 1
+        while rs is not None and rs[t] < 1 and seq[t] != WIN:
+            t += 1
+        return "on-above", concs[t]
     return "inconclusive", None
 
 
@@ -491,7 +531,10 @@ def conclude_table(workload: str, table: Table, cross: bool = True) -> WorkloadC
             continue
         comps = [table.compare(config, base, c) for c in table.concurrencies]
         found = tuple(c for c in comps if c is not None)
-        pol, threshold = policy([(c.concurrency, c.verdict) for c in found])
+        pol, threshold = policy([(c.concurrency, c.verdict) for c in found], [c.ratio for c in found])
+        levels = [crossover_mod.Level(c.concurrency, c.ratio, *c.bounds, c.verdict) for c in found
+                  if c.verdict != NOT_COMPARABLE]
+        where = crossover_mod.estimate(levels, pol)
         others = tuple(
             x
             for comp in found
@@ -499,7 +542,11 @@ def conclude_table(workload: str, table: Table, cross: bool = True) -> WorkloadC
             if other.campaign != comp.b.campaign
             and (x := table.compare_cells(comp.a, other, verdict_only=True)) is not None
         ) if cross else ()
-        candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found, cross=others))
+        mine = {c for c in table.concurrencies if table.latest(config, c) is not None}
+        theirs = {c for c in table.concurrencies if table.latest(base, c) is not None}
+        candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found, cross=others,
+                                    crossover=where, candidate_only=tuple(sorted(mine - theirs)),
+                                    baseline_only=tuple(sorted(theirs - mine))))
 
     latency = None
     if table.concurrencies:

@@ -98,6 +98,9 @@ class Deployment:
     #: An open-loop policy: the request rate of the crossover (``threshold``
     #: is then the running batch measured there), else None.
     threshold_rate: float | None = None
+    #: Where the ratio is estimated to cross the baseline (a closed-loop
+    #: threshold policy): {estimate, low, high, method}.
+    crossover: Mapping[str, object] | None = None
 
     def engine(self, name: str) -> EngineOutcome | None:
         return next((e for e in self.engines if e.engine == name), None)
@@ -462,17 +465,22 @@ def _batch_note(cand: Candidate, points: Mapping[str, Point]) -> str | None:
 
 
 def _gap_note(cand: Candidate) -> str | None:
-    if cand.policy != "on-above" or cand.threshold is None:
+    """How the switch relates to where the ratio is estimated to cross the
+    baseline (findings/derive/crossover.py)."""
+    x, t = cand.crossover, cand.threshold
+    if x is None or t is None:
         return None
-    losses = [c.concurrency for c in cand.comparisons if c.verdict == "loss"]
-    if not losses:
-        return None
-    last = max(losses)
-    if cand.threshold - last <= 1:
-        return None
-    return (f"Nothing was measured between the last loss (C={last}) and the first win (C={cand.threshold}): the "
-            "threshold is the first measured win, so the switch may come later than needed; a campaign at the "
-            "Cs in between would narrow it.")
+    side = "last" if cand.policy == "on-below" else "first"
+    where = (f"The switch is at C={t}, the {side} measured C at or above the baseline next to the losses; the ratio "
+             f"is estimated to cross the baseline near C≈{x.estimate:.1f} (between {x.low:.1f} and {x.high:.1f}, "
+             f"interpolated on log C)")
+    early = (cand.policy == "on-below" and t < x.low) or (cand.policy == "on-above" and t > x.high)
+    if early:
+        how = (": the switch lies outside that range, on the safe side: speculation "
+               + ("stops earlier" if cand.policy == "on-below" else "starts later") + " than it would pay")
+    else:
+        how = ": the switch lies inside that range"
+    return where + how + "; findings plan --kind threshold measures the Cs of that range."
 
 
 # ------------------------------------------------------------------ all of it
@@ -511,7 +519,8 @@ def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None
                          "these settings show the mechanics, not a deployment to make." if wc.simulated else None)
             notes = tuple(n for n in (simulated, _batch_note(cand, points), _gap_note(cand)) if n)
             out.append(Deployment(workload=wc.workload, config=cand.config, policy=cand.policy,
-                                  threshold=cand.threshold, engines=tuple(outcomes), notes=notes))
+                                  threshold=cand.threshold, engines=tuple(outcomes), notes=notes,
+                                  crossover=cand.crossover.to_json() if cand.crossover is not None else None))
     for oc in open_loop:
         if workload is not None and oc.workload != workload:
             continue
@@ -562,6 +571,8 @@ def to_json(deployments: list[Deployment]) -> dict[str, Any]:
     workloads: dict[str, Any] = {}
     for d in deployments:
         entry: dict[str, Any] = {"policy": d.policy, "threshold": d.threshold, "notes": list(d.notes)}
+        if d.crossover is not None:
+            entry["crossover"] = dict(d.crossover)
         if d.threshold_rate is not None:
             entry["load_axis"] = "request_rate"
             entry["threshold_rate"] = d.threshold_rate

@@ -21,6 +21,19 @@ def band(b: float) -> str:
     return f"±{b * 100:.1f}%"
 
 
+def pct_band(delta: float, b: float) -> tuple[str, str]:
+    """``pct(delta)`` and ``band(b)``, both with as many decimals as it takes
+    (up to three) for the two never to read as the same figure unless they
+    are: +4.015% beside a 4% band is "+4.02%" and "±4.00%", never "+4.0%
+    beyond ±4.0%"."""
+    for digits in (1, 2, 3):
+        d = round(delta * 100, digits) or 0.0
+        shown, edge = f"{d:+.{digits}f}%", f"{b * 100:.{digits}f}%"
+        if shown.lstrip("+-") != edge or abs(abs(delta) - b) < 1e-12:
+            return shown, f"±{edge}"
+    return shown, f"±{edge}"
+
+
 def ratio(r: float) -> str:
     return f"{r:.3f}"
 

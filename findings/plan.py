@@ -104,15 +104,12 @@ def bracket_points(lo: int, hi: int, measured: Sequence[int]) -> list[int]:
 
 
 def _bracket(cand: Candidate) -> tuple[int, int] | None:
-    verdicts = [(c.concurrency, c.verdict) for c in cand.comparisons]
-    concs = [c for c, _ in verdicts]
-    if cand.policy == "on-below" and cand.threshold is not None:
-        i = concs.index(cand.threshold)
-        return (cand.threshold, concs[i + 1]) if i + 1 < len(concs) else None
-    if cand.policy == "on-above" and cand.threshold is not None:
-        i = concs.index(cand.threshold)
-        return (concs[i - 1], cand.threshold) if i > 0 else None
-    return None
+    """The C around the estimated crossover's range (findings/derive/crossover.py):
+    the whole Cs just outside [low, high]."""
+    x = cand.crossover
+    if x is None or cand.threshold is None:
+        return None
+    return max(1, math.floor(x.low)), math.ceil(x.high)
 
 
 def _cv(cells: Sequence[Cell]) -> float | None:
@@ -201,14 +198,18 @@ def questions(data: Dataset, rules: Rules, done: regressions.Concluded) -> list[
             covered: set[int] = set()
             mine = [c for c in table.concurrencies if table.cells_of(cand.config, c)]
             bracket = _bracket(cand)
-            if bracket is not None and bracket[1] - bracket[0] > 1:
+            if bracket is not None and bracket[1] - bracket[0] > 1 and cand.crossover is not None:
                 lo, hi = bracket
+                x = cand.crossover
                 cs = bracket_points(lo, hi, base_cs)
-                n = max((cell.n for c in (lo, hi) for cell in table.cells_of(cand.config, c).values()), default=1)
+                a, b = x.between
+                n = max((cell.n for c in (a, b) for cell in table.cells_of(cand.config, c).values()), default=1)
+                gap = (f"; nothing was measured between C={a} and C={b}"
+                       if not any(a < c < b for c in mine) and b - a > 1 else "")
                 out.append(Question(wc.workload, cand.config, "threshold", tuple(cs), n,
-                                    f"the {cand.policy} switch lies between C={lo} and C={hi} "
-                                    f"(threshold C={cand.threshold}): nothing was measured in between",
-                                    (base, cand.config), priority=0))
+                                    f"the {cand.policy} switch (threshold C={cand.threshold}): the ratio crosses "
+                                    f"the baseline near C≈{x.estimate:.1f}, between {x.low:.1f} and {x.high:.1f}"
+                                    f"{gap}", (base, cand.config), priority=0))
                 covered.update(cs)
             concs, why, n = _undecided(cand, table, rules)
             if concs:

@@ -19,12 +19,17 @@ def _where(cell_campaign: str) -> str:
     return f"campaign {code(cell_campaign)}"
 
 
+def _band(comp: Comparison) -> str:
+    """The comparison's band, with the digits its delta needs (fmt.pct_band)."""
+    return fmt.pct_band(comp.delta, comp.band)[1]
+
+
 def _not_decisive(lead: Comparison) -> str:
     """Why a lead is no lead: inside the band, or beyond it with an interval that includes no difference."""
     if abs(lead.delta) <= lead.band or lead.ci is None:
-        return f"inside the {fmt.band(lead.band)} noise band"
+        return f"inside the {_band(lead)} noise band"
     lo, hi = lead.ci
-    return (f"beyond the {fmt.band(lead.band)} noise band, but its bootstrap interval "
+    return (f"beyond the {_band(lead)} noise band, but its bootstrap interval "
             f"({fmt.pct(lo - 1)}…{fmt.pct(hi - 1)}) includes no difference")
 
 
@@ -33,10 +38,8 @@ def _lead(b: Best) -> str:
     candidate against the baseline) when the baseline is one of them, and
     saying which way it reads."""
     assert b.lead is not None
-    x = b.versus
-    if x is not None:
-        return f"{code(x.a.config)} {fmt.pct(x.delta)} against {code(x.b.config)}"
-    return f"{code(b.lead.a.config)} {fmt.pct(b.lead.delta)} against {code(b.lead.b.config)}"
+    x = b.versus if b.versus is not None else b.lead
+    return f"{code(x.a.config)} {fmt.pct_band(x.delta, x.band)[0]} against {code(x.b.config)}"
 
 
 def _judged(b: Best) -> Comparison:
@@ -58,7 +61,7 @@ def latency(wc: WorkloadConclusion) -> str:
     if b.decisive:
         return (f"{code(b.config)} is best at C={c}: {fmt.tput(lead.a.mean)} tok/s against "
                 f"{fmt.tput(lead.b.mean)} tok/s for the runner-up {code(lead.b.config)} "
-                f"({_lead(b)}), beyond the {fmt.band(judged.band)} noise band{unpaired}.")
+                f"({_lead(b)}), beyond the {_band(judged)} noise band{unpaired}.")
     return (f"No config leads beyond noise at C={c}: {code(b.config)} measures "
             f"{fmt.tput(lead.a.mean)} tok/s and {code(lead.b.config)} {fmt.tput(lead.b.mean)} tok/s "
             f"({_lead(b)}), {_not_decisive(judged)}{unpaired}.")
@@ -89,7 +92,7 @@ def throughput(wc: WorkloadConclusion) -> str:
                    "compare them C by C.")
     if b.decisive:
         return (f"{code(b.config)} has the highest peak: {peaks}, {_lead(b)}, beyond the "
-                f"{fmt.band(judged.band)} noise band{unpaired}.{apart}{caveat}")
+                f"{_band(judged)} noise band{unpaired}.{apart}{caveat}")
     return (f"No config leads beyond noise: {peaks}, {_lead(b)}, "
             f"{_not_decisive(judged)}{unpaired}.{apart}{caveat}")
 
@@ -116,11 +119,23 @@ def _detail(comps: list[Comparison], word: str) -> str:
     return f"{word} at {fmt.conc_list([c.concurrency for c in comps])} ({_range(comps)})"
 
 
-def _gap(lo: int | None, hi: int | None) -> str:
-    """Where the crossover can lie, when the sweep skipped concurrencies."""
-    if lo is None or hi is None or hi - lo <= 1:
+def _c(x: float) -> str:
+    """An estimated C: whole from 10 on, one decimal below."""
+    return f"{x:.0f}" if x >= 10 else f"{x:.1f}".rstrip("0").rstrip(".")
+
+
+def _crossing(cand: Candidate) -> str:
+    """Where the ratio crosses the baseline (findings/derive/crossover.py),
+    and whether the sweep measured anything around it."""
+    x = cand.crossover
+    if x is None:
         return ""
-    return f" (the crossover lies somewhere between C={lo} and C={hi}: nothing was measured in between)"
+    a, b = x.between
+    measured = sorted(c.concurrency for c in cand.comparisons)
+    gap = (f"; nothing was measured between C={a} and C={b}"
+           if a != b and not any(a < c < b for c in measured) and b - a > 1 else "")
+    return (f" (the ratio crosses the baseline near C≈{_c(x.estimate)}, between {_c(x.low)} and {_c(x.high)}, "
+            f"interpolated on log C{gap})")
 
 
 def policy(cand: Candidate) -> str:
@@ -136,40 +151,63 @@ def policy(cand: Candidate) -> str:
             f"campaigns drift by up to {fmt.band(worst)}, beyond the drift cap (left out of the policy)")
     name = code(cand.config)
     t = cand.threshold
+    one = len(cand.judged) == 1
     if cand.policy == "always-on":
-        rule = "keep speculation on at every measured concurrency"
+        rule = (f"keep speculation on at the one concurrency measured (C={cand.judged[0].concurrency})" if one
+                else "keep speculation on at every measured concurrency")
     elif cand.policy == "off":
         rule = "keep it off: it never wins"
     elif cand.policy == "no-difference":
-        rule = "no measurable difference at any concurrency: enabling it neither gains nor costs"
+        rule = (f"no measurable difference at the one concurrency measured (C={cand.judged[0].concurrency}): "
+                "enabling it neither gains nor costs there" if one else
+                "no measurable difference at any concurrency: enabling it neither gains nor costs")
     elif cand.policy == "on-below":
-        nxt = min(c.concurrency for c in losses)
-        rule = f"keep speculation on while C ≤ {t} and disable it above" + _gap(t, nxt)
+        rule = f"keep speculation on while C ≤ {t} and disable it above" + _crossing(cand)
     elif cand.policy == "on-above":
-        prev = max(c.concurrency for c in losses)
-        rule = f"disable speculation below C = {t} and enable it from C ≥ {t}" + _gap(prev, t)
+        rule = f"disable speculation below C = {t} and enable it from C ≥ {t}" + _crossing(cand)
     elif not cand.comparisons:
         rule = "never measured against the baseline at the same concurrency"
     elif len(wild) == len(cand.comparisons):
         rule = "no comparison can be made: the baseline drifts beyond the cap at every concurrency"
     else:
         rule = "wins and losses alternate across concurrency, so no single threshold is safe; measure more"
-    label = f"**{cand.policy}**" + (f", threshold C={t}" if t is not None else "")
-    against = f" (against {code(cand.comparisons[0].b.config)})" if cand.comparisons else ""
-    return f"{name}: {label}: {rule}." + (f" Evidence{against}: it {evidence}." if evidence else "")
+    label = f"**{cand.policy}**" + (f", threshold C={t}" if t is not None else "") + \
+        (" (from one measured C)" if one else "")
+    base = cand.comparisons[0].b.config if cand.comparisons else None
+    against = f" (against {code(base)})" if base else ""
+    out = f"{name}: {label}: {rule}." + (f" Evidence{against}: it {evidence}." if evidence else "")
+    return out + _rests_on(cand, base)
+
+
+def _rests_on(cand: Candidate, base: str | None) -> str:
+    """What the policy does not rest on: Cs one side measured alone, and
+    noise that was never measured."""
+    out = ""
+    missing = []
+    if cand.candidate_only:
+        missing.append(f"{code(cand.config)} at {fmt.conc_list(list(cand.candidate_only))} (no "
+                       f"{code(base) if base else 'baseline'} there)")
+    if cand.baseline_only and base:
+        missing.append(f"{code(base)} at {fmt.conc_list(list(cand.baseline_only))} (no {code(cand.config)} there)")
+    if missing:
+        out += " Not compared: " + "; ".join(missing) + "."
+    if cand.judged and not cand.noise_measured:
+        out += (f" No noise was measured (one run of each config at each C, no repeats, no earlier campaign of "
+                f"the baseline): the band is the {fmt.band(min(c.band for c in cand.judged))} floor alone.")
+    return out
 
 
 def interval(comp: Comparison) -> str:
     """The band, or the bootstrap interval of the ratio when there is one."""
     if comp.ci is None:
-        return fmt.band(comp.band)
+        return _band(comp)
     lo, hi = comp.ci
-    return f"CI {fmt.pct(lo - 1)}…{fmt.pct(hi - 1)}, band {fmt.band(comp.band)}"
+    return f"CI {fmt.pct(lo - 1)}…{fmt.pct(hi - 1)}, band {_band(comp)}"
 
 
 def verdict_cell(comp: Comparison) -> str:
     mark = "" if comp.paired else ", unpaired"
-    return f"{fmt.pct(comp.delta)} ({interval(comp)}) {comp.verdict}{mark}"
+    return f"{fmt.pct_band(comp.delta, comp.band)[0]} ({interval(comp)}) {comp.verdict}{mark}"
 
 
 def best_summary(b: Best | None) -> str:
@@ -192,7 +230,7 @@ def cross_check(cand: Candidate) -> str | None:
     items = [
         f"at C={x.concurrency} its {paired[x.concurrency]} becomes a {x.verdict}: "
         f"{fmt.tput(x.a.mean)} vs {fmt.tput(x.b.mean)} tok/s from {code(x.b.campaign)}, "
-        f"{fmt.pct(x.delta)} against an unpaired band of {fmt.band(x.band)}"
+        f"{fmt.pct_band(x.delta, x.band)[0]} against an unpaired band of {_band(x)}"
         for x in flipped
     ]
     return f"{name}: " + "; ".join(items) + "."

@@ -214,7 +214,9 @@ def test_seed_store_deploys_the_on_above_policy(seed_store: Path, tmp_path: Path
     assert written.parent == out and json.loads(written.read_text()) == sg["adaptive_config"]
     assert v2["vllm"]["status"] == "deploy"
     assert v2["vllm"]["speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 29, 0], [30, 30, k]]
-    assert any("Nothing was measured between the last loss (C=1) and the first win (C=30)" in n for n in v2["notes"])
+    assert any("The switch is at C=30" in n and "near C≈3.7 (between 1.6 and 8.5" in n and "on the safe side" in n
+               for n in v2["notes"])
+    assert v2["crossover"] == {"estimate": 3.7, "low": 1.6, "high": 8.5, "method": "log-linear"}
     t4 = got["eagle3-topk4-v1"]
     assert t4["sglang"]["status"] == t4["vllm"]["status"] == "off"
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -33,7 +34,13 @@ def test_seed_threshold_question_lies_strictly_inside_the_bracket(tmp_path: Path
     first = doc["questions"][0]
     assert (first["workload"], first["config"], first["kind"]) == ("diverse-prompts", "eagle3-topk1-v2", "threshold")
     assert first["concurrency"] and all(1 < c < 30 for c in first["concurrency"])
-    assert first["concurrency"] == [2, 5, 10]  # the baseline's own grid inside the bracket
+    # the baseline's own grid inside the estimated crossover's range (1.6 to 8.5)
+    x = json.loads(cli("conclusions", "--json", store=st).output)["workloads"]["diverse-prompts"]["candidates"][
+        "eagle3-topk1-v2"]["crossover"]
+    assert (x["estimate"], x["low"], x["high"]) == (3.7, 1.6, 8.5)
+    assert first["concurrency"] == [2, 5]
+    assert "crosses the baseline near C≈3.7, between 1.6 and 8.5; nothing was measured between C=1 and C=30" \
+        in first["why"]
     assert first["configs"] == ["baseline", "eagle3-topk1-v2"]
     kinds = [(q["kind"], q["config"]) for q in doc["questions"]]
     assert ("missing-pair", "eagle3-topk1-v2") in kinds  # C=70 never measured for it
@@ -51,7 +58,7 @@ def test_seed_document_has_the_open_questions() -> None:
     text = (ROOT / "eagle-fast-verify.md").read_text()
     section = text.split("## Open questions")[1].split("\n## ")[0]
     first = [x for x in section.splitlines() if x.startswith("- ")][0]
-    assert first.startswith("- threshold: eagle3-topk1-v2 on diverse-prompts at C=2, 5, 10")
+    assert first.startswith("- threshold: eagle3-topk1-v2 on diverse-prompts at C=2, 5 ")
     assert "--kind threshold --from-matrix MATRIX.toml --output build/plan.toml" in section
 
 
@@ -178,8 +185,10 @@ def test_plan_matrix_runs_unchanged_and_narrows_the_bracket(measured: Path, tmp_
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     q = doc["questions"][0]
-    assert q["kind"] == "threshold" and q["concurrency"] == [2, 5, 13]
-    assert doc["estimate"]["requests"] == 2 * (8 + 8 + 13) and doc["estimate"]["minutes"] is not None
+    x = cand["crossover"]
+    cs = q["concurrency"]
+    assert q["kind"] == "threshold" and cs and all(max(1, math.floor(x["low"])) < c < math.ceil(x["high"]) for c in cs)
+    assert doc["estimate"]["requests"] == 2 * sum(max(8, c) for c in cs) and doc["estimate"]["minutes"] is not None
     text = (work / "plan.toml").read_text()
     assert text == doc["matrix"]
     matrix = parse("plan.toml", text)  # the runner's own parser
@@ -189,9 +198,10 @@ def test_plan_matrix_runs_unchanged_and_narrows_the_bracket(measured: Path, tmp_
     assert r.returncode == 0, r.stderr[-2000:]
     after = json.loads(findings("--store", "st", "conclusions", "--json", cwd=work).stdout)
     cand = after["workloads"]["diverse-prompts (simulated)"]["candidates"]["eagle3-topk1-v2"]
-    assert set(cand["verdicts"]) == {"1", "2", "5", "13", "30"}
-    assert cand["policy"] == "on-above" and cand["threshold"] in (2, 5, 13, 30)
-    verdicts = [cand["verdicts"][c] for c in ("1", "2", "5", "13", "30")]
+    grid = [str(c) for c in sorted({1, 30, *cs})]
+    assert set(cand["verdicts"]) == set(grid)
+    assert cand["policy"] == "on-above" and cand["threshold"] in (*cs, 30)
+    verdicts = [cand["verdicts"][c] for c in grid]
     first_win = verdicts.index("win")
     assert "loss" not in verdicts[first_win:]  # the bracket is now between two adjacent measured C
 

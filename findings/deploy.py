@@ -51,13 +51,64 @@ STATUSES = ("deploy", "always-on", "off", "unchanged", "refused", "needs-input")
 SGLANG_MIN = (0, 5, 14)
 #: vLLM's per-batch-size schedule, from this release on.
 VLLM_MIN = (0, 30, 0)
-#: SGLang algorithms whose adaptive speculation exists (NEXTN runs as EAGLE).
+#: SGLang algorithms whose adaptive speculation exists (NEXTN runs as EAGLE):
+#: 0.5.23's adaptive_spec_params; every other algorithm logs "speculative_adaptive
+#: disabled" and runs static steps.
 SGLANG_ADAPTIVE = frozenset({"EAGLE", "EAGLE3", "NEXTN"})
-#: SGLang algorithm (or llama.cpp's "draft-model") -> vLLM's method.
-VLLM_METHOD = {"EAGLE3": "eagle3", "EAGLE": "eagle", "NEXTN": "mtp", "NGRAM": "ngram", "STANDALONE": "draft_model",
-               "DRAFT-MODEL": "draft_model"}
-#: vLLM methods whose proposer honours the schedule (0.33, model runner V1).
+#: SGLang 0.5.23's ``--speculative-algorithm`` names (``SpeculativeAlgorithm``,
+#: NEXTN its one alias, of EAGLE; llama.cpp's "draft-model" too) -> vLLM 0.32's
+#: ``method`` for the same technique; None: vLLM has none (D90).
+SGLANG_TO_VLLM: dict[str, str | None] = {
+    "EAGLE": "eagle", "EAGLE3": "eagle3", "NEXTN": "mtp", "FROZEN_KV_MTP": "mtp", "STANDALONE": "draft_model",
+    "DRAFT-MODEL": "draft_model", "NGRAM": "ngram", "DFLASH": "dflash", "DSPARK": "dspark", "UNO": None,
+}
+#: vLLM 0.32's methods (``SpeculativeMethod``; model-specific ``*_mtp`` names
+#: are rewritten to ``mtp`` by vLLM itself) -> SGLang's algorithm; None: SGLang has none.
+VLLM_TO_SGLANG: dict[str, str | None] = {
+    "eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "draft_model": "STANDALONE", "ngram": "NGRAM",
+    "ngram_gpu": "NGRAM", "dflash": "DFLASH", "dspark": "DSPARK", "suffix": None, "medusa": None,
+    "mlp_speculator": None, "extract_hidden_states": None, "custom_class": None,
+}
+#: vLLM methods whose proposer honours the schedule, K=0 included (0.32, model
+#: runner V1); suffix, medusa and ngram_gpu assert when K changes, dspark
+#: drafts the full K (masked), custom_class never sees it.
 VLLM_SCHEDULED = frozenset({"ngram", "eagle", "eagle3", "mtp", "draft_model", "dflash"})
+#: vLLM methods that need no draft ``model`` (they draft from the prompt or the target's own layers).
+VLLM_NO_MODEL = frozenset({"ngram", "ngram_gpu", "suffix", "mtp", "extract_hidden_states"})
+#: SGLang algorithms that need no draft model path.
+SGLANG_NO_DRAFT = frozenset({"NGRAM"})
+
+
+class _Unknown(str):
+    """A name neither engine knows (the message says so, not "no counterpart")."""
+
+
+def vllm_method(algorithm: str) -> str | None:
+    """vLLM's method for a recorded algorithm of either engine; None where
+    vLLM has no counterpart; an ``_Unknown`` for a name neither knows."""
+    upper, lower = algorithm.strip().upper(), algorithm.strip().lower()
+    if upper in SGLANG_TO_VLLM:
+        return SGLANG_TO_VLLM[upper]
+    if lower.endswith("_mtp"):
+        return "mtp"
+    if lower in VLLM_TO_SGLANG:
+        return lower
+    return _Unknown(lower)
+
+
+def sglang_algorithm(algorithm: str) -> str | None:
+    """SGLang's ``--speculative-algorithm`` for a recorded algorithm of either
+    engine; None where SGLang has no counterpart; an ``_Unknown`` otherwise."""
+    upper, lower = algorithm.strip().upper(), algorithm.strip().lower()
+    if upper == "DRAFT-MODEL":
+        return "STANDALONE"
+    if upper in SGLANG_TO_VLLM:
+        return upper
+    if lower.endswith("_mtp"):
+        return "NEXTN"
+    if lower in VLLM_TO_SGLANG:
+        return VLLM_TO_SGLANG[lower]
+    return _Unknown(upper)
 NO_SPEC = frozenset({"", "none", "null", "off", "false", "no"})
 #: SGLang on the CPU, as SGLang 0.5.23 showed it (shared/engines/sglang-cpu,
 #: measured again by docs/sglang-cpu.md): a 0 in ``candidate_steps`` crashes the
@@ -266,10 +317,9 @@ def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: st
     nothing = _nothing(e, policy)
     if nothing is not None:
         return nothing
-    if policy != "always-on":
-        why = _sglang_refusal(f)
-        if why:
-            return EngineOutcome(e, "refused", why)
+    why = _sglang_name_refusal(f) or (_sglang_refusal(f) if policy != "always-on" else None)
+    if why:
+        return EngineOutcome(e, "refused", why)
     if f.steps is None:
         return EngineOutcome(e, "needs-input", "the step count is not recorded and the engine's rules do not "
                              "make it certain: pass --steps k")
@@ -283,10 +333,14 @@ def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: st
     if f.source_engine and f.source_engine != "SGLang":
         notes.append(f"measured on {f.source_engine}, not SGLang: the crossover may lie elsewhere there; "
                      "measure it on SGLang")
-    head = [f"--speculative-algorithm {f.algorithm or 'EAGLE3'}"]
+    algorithm = sglang_algorithm(f.algorithm) if f.algorithm else "EAGLE3"
+    assert algorithm is not None and not isinstance(algorithm, _Unknown)  # refused above
+    if f.algorithm and algorithm != f.algorithm:
+        notes.append(f"speculative_algorithm {f.algorithm} was recorded: SGLang's name for it is {algorithm}")
+    head = [f"--speculative-algorithm {algorithm}"]
     if f.draft_model:
         head.append(f"--speculative-draft-model-path {_quote(f.draft_model)}")
-    else:
+    elif algorithm not in SGLANG_NO_DRAFT:
         notes.append("the draft model's path is not recorded: add --speculative-draft-model-path")
     if cpu:
         if running > SGLANG_CPU_MAX_RUNNING:
@@ -342,13 +396,26 @@ def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: st
                          f"{why_running}", tuple(flags), cfg, path, tuple(notes), details)
 
 
+def _sglang_name_refusal(f: Facts) -> str | None:
+    """Why SGLang cannot run the recorded algorithm at all."""
+    if f.algorithm is None or f.speculates is False:
+        return None
+    name = sglang_algorithm(f.algorithm)
+    if isinstance(name, _Unknown):
+        return f"speculative_algorithm={f.algorithm} is a name neither SGLang nor vLLM knows"
+    if name is None:
+        return f"SGLang has no counterpart of vLLM's method {f.algorithm.lower()}"
+    return None
+
+
 def _sglang_refusal(f: Facts) -> str | None:
     """Why SGLang would not run this schedule (it logs and falls back to static steps)."""
     if f.speculates is False:
         return "the config does not speculate"
-    if f.algorithm is not None and f.algorithm not in SGLANG_ADAPTIVE:
-        return (f"adaptive speculation supports EAGLE and EAGLE3 only (speculative_algorithm={f.algorithm}); "
-                "SGLang would log it and keep static steps")
+    name = sglang_algorithm(f.algorithm) if f.algorithm is not None else None
+    if name is not None and name not in SGLANG_ADAPTIVE:
+        return (f"adaptive speculation supports EAGLE and EAGLE3 only (and NEXTN, which runs as EAGLE; "
+                f"speculative_algorithm={f.algorithm}, SGLang's {name}); SGLang would log it and keep static steps")
     if f.topk is not None and f.topk != 1:
         return (f"adaptive speculation needs topk 1, and this config drafts a tree with topk {f.topk}: SGLang "
                 "would log \"speculative_adaptive disabled\" and keep static steps")
@@ -378,7 +445,8 @@ def _vllm(policy: str, threshold: int | None, f: Facts, largest: int, draft_mode
     if f.steps is None:
         return EngineOutcome(e, "needs-input", "the number of speculative tokens is not recorded and the engine's "
                              "rules do not make it certain: pass --steps k")
-    method = VLLM_METHOD.get(f.algorithm or "EAGLE3", (f.algorithm or "").lower())
+    method = vllm_method(f.algorithm or "EAGLE3")
+    assert method is not None  # refused above
     # A config measured on vLLM keeps its own --speculative-config (method,
     # prompt_lookup_*, draft model ...); others get the method of their algorithm.
     spec: dict[str, Any] = dict(f.vllm_spec) if f.vllm_spec else {"method": method}
@@ -389,7 +457,9 @@ def _vllm(policy: str, threshold: int | None, f: Facts, largest: int, draft_mode
         notes.append(f"measured on {f.source_engine or 'an unrecorded engine'}, not vLLM: the crossover may lie "
                      "elsewhere there; measure it on vLLM")
     model = draft_model or f.draft_model
-    if method not in ("ngram",) and "model" not in spec:
+    if f.algorithm and method != f.algorithm.lower():
+        notes.append(f"speculative_algorithm {f.algorithm} was recorded: vLLM's method for it is {method}")
+    if method not in VLLM_NO_MODEL and "model" not in spec:
         if model:
             spec["model"] = model
         else:
@@ -421,9 +491,11 @@ def _vllm_refusal(f: Facts, scheduled: bool) -> str | None:
     if f.topk is not None and f.topk != 1:
         return (f"the measured config drafts a tree (topk {f.topk}); vLLM's num_speculative_tokens drafts a chain, "
                 "so vLLM has no equivalent of what was measured")
-    method = VLLM_METHOD.get(f.algorithm or "EAGLE3")
+    method = vllm_method(f.algorithm or "EAGLE3")
+    if isinstance(method, _Unknown):
+        return f"speculative_algorithm={f.algorithm} is a name neither SGLang nor vLLM knows"
     if method is None:
-        return f"no vLLM method for speculative_algorithm={f.algorithm}"
+        return f"vLLM has no counterpart of SGLang's {(f.algorithm or '').upper()}"
     if scheduled and method not in VLLM_SCHEDULED:
         return f"vLLM's per-batch-size schedule does not drive method {method}"
     if scheduled and f.data_parallel is not None and f.data_parallel > 1:

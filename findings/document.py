@@ -18,7 +18,7 @@ from findings.errors import FindingsError
 from findings.history import replay
 from findings.load import verdicts as load_verdicts
 from findings.prose import latency, policy, throughput
-from findings.model import Dataset
+from findings.model import THROUGHPUT, Dataset
 from findings.settings import Settings
 from findings.validity import failures_unknown, flagged
 
@@ -181,8 +181,16 @@ def conclusions_text(settings: Settings) -> str:
     done = regressions.conclude_with_steps(data, settings.rules, cells(data, settings.rules, flags))
     flags = {**flags, **done.suspect_flags}
     result = done.conclusions
-    if not result.workloads:
+    if not data.points:
         return "no points in the store"
+    if not result.workloads:
+        loops = sum(1 for p in data.points if load_verdicts.open_loop(p) is not None)
+        latencies_only = sum(1 for p in data.points if THROUGHPUT not in p.metrics and p.id not in flags)
+        why = [f"{loops} open-loop points (judged by request rate: findings conclusions --json, findings render)"
+               if loops else "", f"{latencies_only} with latencies only (throughput unknown)" if latencies_only else "",
+               f"{len(flags)} flagged" if flags else ""]
+        return (f"{len(data.points)} points in the store, no closed-loop comparison"
+                + (": " + "; ".join(w for w in why if w) if any(why) else ""))
     points = {p.id: p for p in data.points}
     spec = caveats.speculative_configs(data.configs, data.points)
     unknown = failures_unknown(data)

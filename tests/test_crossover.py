@@ -90,3 +90,15 @@ def test_no_crossover_for_other_policies():
     assert estimate([Level(1, 1.2, 1.1, 1.3, "win"), Level(2, 1.3, 1.2, 1.4, "win")], "always-on") is None
     cand = ladder(lambda c: 1.2, [1, 2, 4])
     assert cand.policy == "always-on" and cand.crossover is None
+
+
+def test_the_goldens_show_what_a_policy_rests_on():
+    """Issue 27: the one-point policy note, the not-compared list and the
+    single-run note, in a golden document (tests/golden/fixture-store.md,
+    held by tests/test_render.py)."""
+    from conftest import ROOT
+
+    text = (ROOT / "tests" / "golden" / "fixture-store.md").read_text()
+    assert "(from one measured C)" in text
+    assert "Not compared: " in text and " there)." in text
+    assert "No noise was measured (one run of each config at each C" in text and "floor alone." in text

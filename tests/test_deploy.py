@@ -49,6 +49,22 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "vllm-dp2": ("on-above", {"speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 1,
                               "num_speculative_tokens": 2, "data_parallel_size": 2, "engine": "vllm"}),
     "llamacpp-draft": ("on-below", {"speculative_algorithm": "draft-model", "engine": "llama.cpp"}),
+    # vLLM's own method names, as serverinfo.vllm_facts records them (issue 27)
+    "vllm-mtp": ("on-below", {"speculative_algorithm": "mtp", "num_speculative_tokens": 1, "engine": "vllm",
+                              "speculative_config": '{"method":"mtp","num_speculative_tokens":1}'}),
+    "vllm-deepseek-mtp": ("on-above", {"speculative_algorithm": "deepseek_mtp", "num_speculative_tokens": 2,
+                                       "engine": "vllm"}),
+    "vllm-draft-model": ("on-above", {"speculative_algorithm": "draft_model", "num_speculative_tokens": 3,
+                                      "speculative_draft_model_path": "org/draft-small", "engine": "vllm",
+                                      "speculative_config": '{"method":"draft_model","model":"org/draft-small",'
+                                                            '"num_speculative_tokens":3}'}),
+    "vllm-suffix": ("on-below", {"speculative_algorithm": "suffix", "num_speculative_tokens": 4, "engine": "vllm"}),
+    "sglang-standalone": ("on-above", {"speculative_algorithm": "STANDALONE", "speculative_num_steps": 3,
+                                       "speculative_eagle_topk": 1, "speculative_draft_model_path": "org/draft-small",
+                                       "sglang_version": "0.5.23"}),
+    "sglang-nextn": ("on-below", {"speculative_algorithm": "NEXTN", "speculative_num_steps": 2,
+                                  "speculative_eagle_topk": 1, "sglang_version": "0.5.23"}),
+    "unknown-method": ("on-above", {"speculative_algorithm": "lookahead9", "num_speculative_tokens": 2}),
     "static-overlap-off": ("always-on", {**EAGLE_TOPK1, "disable_overlap_schedule": True,
                                          "max_running_requests": 512}),
     # SGLang 0.5.23 on the CPU (its own /server_info says device "cpu"): no step 0, graphs off, 48 running.
@@ -249,3 +265,35 @@ def test_a_simulated_policy_says_so() -> None:
     (d,) = deploy.plan(sim, conclude(sim, Rules()), workload="policy-on-above (simulated)")
     assert d.notes[0].startswith("SIMULATED: derived from the findings emulator's model")
     assert d.engine("sglang").file == "policy-on-above.policy-on-above_simulated.sglang-adaptive.json"
+
+
+def test_every_engines_method_names_map_both_ways() -> None:
+    """vLLM's `mtp` and `draft_model` (refused once: "no vLLM method for
+    speculative_algorithm=DRAFT_MODEL") deploy on both engines under each
+    engine's own name; a name with no counterpart is refused as such."""
+    mtp = outcome("vllm-mtp", "vllm")
+    assert mtp["status"] == "deploy" and mtp["speculative_config"]["method"] == "mtp"
+    assert "model" not in mtp["speculative_config"]  # MTP drafts from the target's own layers
+    assert not any("draft model" in n for n in mtp["notes"])
+    s = outcome("vllm-mtp", "sglang")
+    assert s["status"] == "deploy" and "--speculative-algorithm NEXTN" in s["flags"]
+    assert any("SGLang's name for it is NEXTN" in n for n in s["notes"])
+    ds = outcome("vllm-deepseek-mtp", "vllm")
+    assert ds["status"] == "deploy" and ds["speculative_config"]["method"] == "mtp"
+    dm = outcome("vllm-draft-model", "vllm")
+    assert dm["status"] == "deploy" and dm["speculative_config"]["method"] == "draft_model"
+    assert dm["speculative_config"]["model"] == "org/draft-small"
+    assert dm["speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 9, 0], [10, 10, 3]]
+    sd = outcome("vllm-draft-model", "sglang")  # STANDALONE: SGLang runs no adaptive schedule for it
+    assert sd["status"] == "refused" and "SGLang's STANDALONE" in sd["reason"]
+    st = outcome("sglang-standalone", "vllm")
+    assert st["status"] == "deploy" and st["speculative_config"]["method"] == "draft_model"
+    nx = outcome("sglang-nextn", "sglang")
+    assert nx["status"] == "deploy" and "--speculative-algorithm NEXTN" in nx["flags"]
+    assert outcome("sglang-nextn", "vllm")["speculative_config"]["method"] == "mtp"
+    assert outcome("vllm-suffix", "sglang")["reason"] == "SGLang has no counterpart of vLLM's method suffix"
+    assert "does not drive method suffix" in outcome("vllm-suffix", "vllm")["reason"]
+    assert "a name neither SGLang nor vLLM knows" in outcome("unknown-method", "vllm")["reason"]
+    assert deploy.vllm_method("EAGLE3") == "eagle3" and deploy.sglang_algorithm("eagle3") == "EAGLE3"
+    assert deploy.vllm_method("qwen3_next_mtp") == "mtp" and deploy.sglang_algorithm("deepseek_mtp") == "NEXTN"
+    assert deploy.vllm_method("UNO") is None and deploy.sglang_algorithm("medusa") is None

@@ -58,7 +58,10 @@ def test_vllm_every_numeric_key_is_kept_under_its_name(name: str) -> None:
     docs = [json.loads(line) for line in (VLLM / name).read_text().splitlines() if line.strip()]
     assert len(run.points) == len(docs)
     for p, doc in zip(run.points, docs):
-        assert p.throughput == doc["output_throughput"]
+        if "output_throughput" in doc:
+            assert p.throughput == doc["output_throughput"]
+        else:  # latency statistics only (vllm-ascend's copy): throughput unknown, not zero
+            assert THROUGHPUT not in p.metrics
         assert p.concurrency == (doc["max_concurrency"] or 64)
         for key, value in doc.items():
             if key in vllm_bench.WORKLOAD_KEYS or key in ("max_concurrency", "output_throughput"):
@@ -231,7 +234,7 @@ def _metric_objects(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {k: v for k, (_, v) in aiperf.metric_objects(doc).items()}
 
 
-@pytest.mark.parametrize("name", AIPERF_FIXTURES)
+@pytest.mark.parametrize("name", [n for n in AIPERF_FIXTURES if "all_failed" not in n])
 def test_aiperf_mapped_values_equal_the_file(name: str) -> None:
     run = aread(name, concurrency=64)
     roundtrip(run)
@@ -549,3 +552,65 @@ def test_detect_never_fails_otherwise_on_random_input() -> None:
             assert str(exc).startswith("r.bin: cannot tell the format (") and "\n" not in str(exc)
 
     check()
+
+
+# ---------------------------------------------------------------- real files once refused (issue 27)
+
+def test_aiperf_0_8_cancelled_run_where_every_request_errored_is_a_failed_point(tmp_path: Path) -> None:
+    """Written by aiperf 0.8.0 itself: error_request_count 32, was_cancelled,
+    an error_summary, no throughput, latency or request_count. Once refused
+    with "field 'output_token_throughput': missing"."""
+    run = aread("aiperf_0_8_0_cancelled_all_failed.json", concurrency=None)
+    (p,) = run.points
+    assert p.concurrency == 32  # input_config.loadgen.concurrency
+    assert p.metrics == {"planned": 32.0, "completed": 0.0, "failed": 32.0}
+    assert THROUGHPUT not in p.metrics
+    assert p.note == "AIPerf reports the run was cancelled; errors: 32x HTTP 500 Internal Server Error"
+    s = tmp_path / "st"
+    ingest.ingest_aiperf(s, str(AIPERF / "aiperf_0_8_0_cancelled_all_failed.json"), **ARGS)
+    from findings import document, settings as settings_mod
+    got = json.loads(document.conclusions_json(settings_mod.load(None).with_overrides(
+        store=str(s), baseline=None, noise_floor=None)))
+    assert got["flagged"] == {f"{run.run_id}/0": ["all 32 requests failed"]}
+
+
+def test_vllm_latency_only_file_is_stored_with_throughput_unknown(tmp_path: Path) -> None:
+    """vllm-ascend's February 2025 benchmark_serving.py wrote TTFT/TPOT/ITL
+    statistics only: stored, throughput and counts unknown (never zero),
+    never in a throughput verdict, shown in its campaign."""
+    run = vread("benchmark_serving_2025_02_latency_only.json", concurrency=16)
+    (p,) = run.points
+    assert THROUGHPUT not in p.metrics and "completed" not in p.metrics and "failed" not in p.metrics
+    assert p.metrics["mean_ttft_ms"] == raw(VLLM / "benchmark_serving_2025_02_latency_only.json")["mean_ttft_ms"]
+    assert p.metrics["p99_itl_ms"] > 0
+    s = tmp_path / "st"
+    fmt, got = ingest.ingest_auto(s, str(VLLM / "benchmark_serving_2025_02_latency_only.json"), **POINT_OPTS,
+                                  concurrency=16)
+    assert fmt == "vllm-bench" and "with latency statistics only" in (got.detected_by or "")
+    from conftest import cli
+    text = cli("conclusions", store=s).output
+    assert text.strip() == "1 points in the store, no closed-loop comparison: 1 with latencies only " \
+                           "(throughput unknown)"
+    doc = cli("--settings", str(FIXTURES.parent.parent / "findings.toml"), "render", "--output", "-", store=s).output
+    campaign = doc.split("### `auto`")[1].split("\n## ")[0]
+    assert "|  16 |                       — | P1       |" in campaign  # shown, its throughput unknown
+    row = next(x for x in doc.splitlines() if x.startswith("| P1") and "vllm-bench-" in x)  # the appendix
+    import re
+    assert re.search(r"\|\s+n/a\s+\| unknown\s+\|", row)  # throughput n/a, requests unknown, not 0
+
+
+def test_genai_perf_csv_export_is_ingested() -> None:
+    """genai-perf 0.0.12's own CsvExporter output: CRLF, two tables,
+    thousands separators in quoted numbers."""
+    path = AIPERF / "genai_perf_0_0_12_export_c16.csv"
+    assert b"\r\n\r\nMetric,Value\r\n" in path.read_bytes() and b'"1,019.69"' in path.read_bytes()
+    run = aread("genai_perf_0_0_12_export_c16.csv", concurrency=16)
+    (p,) = run.points
+    assert p.metrics[THROUGHPUT] == 1019.69
+    assert p.metrics["mean_ttft_ms"] == 1245.31 and p.metrics["p99_e2e_latency_ms"] == 9650.30
+    assert p.metrics["completed"] == 256 and "failed" not in p.metrics  # genai-perf records no failures
+    assert p.workload_params["tool"] == "genai-perf"
+    assert detect.explain(common.read_source(str(path)))[0] == "aiperf"
+    with pytest.raises(InputError, match="expected a number, got 'fast'"):
+        aiperf.parse_csv(common.Source(str(path), b""),
+                         "Metric,avg,min\r\nTime To First Token (ms),fast,1.0\r\n")

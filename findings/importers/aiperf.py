@@ -114,11 +114,30 @@ def _factor(path: str, where: str, unit: str) -> float:
     return MS_PER[unit]
 
 
+def _all_failed(path: str, objs: Mapping[str, tuple[str, Mapping[str, Any]]]) -> dict[str, float] | None:
+    """A summary in which every answered request errored (AIPerf 0.8.0 writes
+    ``error_request_count`` and ``error_isl`` and no throughput, latency or
+    ``request_count``: those metrics come from the successful records, and
+    there were none): a failed point, its counts only. Requests cancelled in
+    flight are in no record, so ``planned`` counts the answered ones (the
+    point's note says the run was cancelled). None: not such a summary."""
+    if "error_request_count" not in objs or "request_count" in objs:
+        return None
+    where, obj = objs["error_request_count"]
+    failed = _stats(path, where, obj).get("avg")
+    if failed is None or failed <= 0 or not float(failed).is_integer():
+        raise InputError(path, None, f"{where}.avg", f"expected a count > 0, got {failed!r}")
+    return {"planned": failed, "completed": 0.0, "failed": failed}
+
+
 def _metrics(path: str, doc: Mapping[str, Any]) -> dict[str, float]:
     objs = metric_objects(doc)
     if "output_token_throughput" not in objs:
-        raise InputError(path, None, "output_token_throughput",
-                         "missing (AIPerf writes it only for endpoints that produce tokens)")
+        failed = _all_failed(path, objs)
+        if failed is None:
+            raise InputError(path, None, "output_token_throughput",
+                             "missing (AIPerf writes it only for endpoints that produce tokens)")
+        return failed
     metrics: dict[str, float] = {}
 
     def put(name: str, value: float, where: str) -> None:
@@ -355,10 +374,84 @@ def read_records(src: Source, text: str, config: str, campaign: str, workload: s
     )
 
 
+#: genai-perf's CSV export (``profile_export_genai_perf.csv``, 0.0.8 to 0.0.16):
+#: a row's metric name -> (the JSON export's tag, its unit there).
+CSV_ROWS = {
+    "time to first token": ("time_to_first_token", "ms"),
+    "time to second token": ("time_to_second_token", "ms"),
+    "request latency": ("request_latency", "ms"),
+    "inter token latency": ("inter_token_latency", "ms"),
+    "output sequence length": ("output_sequence_length", "tokens"),
+    "input sequence length": ("input_sequence_length", "tokens"),
+    "output token throughput": ("output_token_throughput", "tokens/sec"),
+    "output token throughput per user": ("output_token_throughput_per_user", "tokens/sec/user"),
+    "output token throughput per request": ("output_token_throughput_per_request", "tokens/sec"),
+    "request throughput": ("request_throughput", "requests/sec"),
+    "request count": ("request_count", "requests"),
+    "request goodput": ("request_goodput", "requests/sec"),
+}
+
+
+def is_csv_export(text: str) -> bool:
+    """genai-perf's CSV export: its first line is the statistics table's header."""
+    first = text.lstrip("\ufeff").split("\n", 1)[0].strip().lower()
+    return first.startswith("metric,") and ",avg" in first
+
+
+def parse_csv(src: Source, text: str) -> dict[str, Any]:
+    """genai-perf's CSV export as the JSON export's metric objects: two tables
+    (``Metric,avg,min,max,p99,...`` then ``Metric,Value``), CRLF, numbers
+    as ``f"{v:,.2f}"`` (quoted from 1,000 on), ``N/A`` for a missing statistic.
+    Rows of telemetry (GPU power, ...) and unknown rows are refused by name
+    only when malformed; unknown names are kept under their own slug."""
+    import csv
+    import io
+    import re
+
+    doc: dict[str, Any] = {}
+    header: list[str] | None = None
+    try:
+        rows = list(csv.reader(io.StringIO(text.lstrip("\ufeff"), newline="")))
+    except csv.Error as exc:
+        raise InputError(src.path, None, None, f"not a readable CSV: {exc}") from None
+    for line, row in enumerate(rows, start=1):
+        if not row or not any(cell.strip() for cell in row):
+            header = None
+            continue
+        if row[0].strip().lower() == "metric":
+            header = [c.strip().lower() for c in row]
+            continue
+        if header is None:
+            raise InputError(src.path, line, None, "a row before its table's header (Metric,...)")
+        if len(row) != len(header):
+            raise InputError(src.path, line, None, f"{len(row)} cells under a header of {len(header)}")
+        m = re.fullmatch(r"\s*(.*?)\s*(?:\(([^()]*)\))?\s*", row[0])
+        name, unit = (m.group(1), m.group(2)) if m else (row[0], None)
+        tag, json_unit = CSV_ROWS.get(name.lower(), (re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_"), unit or ""))
+        obj: dict[str, Any] = {"unit": json_unit}
+        for key, cell in zip(header[1:], row[1:]):
+            cell = cell.strip()
+            if cell.upper() in ("N/A", ""):
+                continue
+            try:
+                value = float(cell.replace(",", ""))
+            except ValueError:
+                raise InputError(src.path, line, f"{name}.{key}", f"expected a number, got {cell!r}") from None
+            obj["avg" if key == "value" else key] = value
+        if tag in doc:
+            raise InputError(src.path, line, name, "listed twice")
+        doc[tag] = obj
+    if not doc:
+        raise InputError(src.path, None, None, "no metric rows")
+    return doc
+
+
 def parse(src: Source) -> dict[str, Any]:
     text = src.text()
     if not text.strip():
         raise InputError(src.path, None, None, "the file is empty")
+    if is_csv_export(text):
+        return parse_csv(src, text)
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:

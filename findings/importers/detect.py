@@ -20,11 +20,12 @@ Rules, first match wins (docs/importers.md):
      and objects there). Both sets present, or neither, is refused as
      ambiguous. ``backend`` never decides: sglang's client pointed at a vLLM
      server writes ``"backend": "vllm"``.
-2. A CSV whose header has every required column of the long table
+2. genai-perf's CSV export (its first row ``Metric,avg,...``): **aiperf**.
+3. A CSV whose header has every required column of the long table
    (``campaign, workload, config, concurrency, output_throughput_tok_s``):
    **table**. A header with ``config`` but not the others is a configs table,
    which is refused with a hint (it goes with ``--configs``).
-3. Anything else is refused.
+4. Anything else is refused.
 
 ``explain`` returns the format with the keys that decided it.
 """
@@ -38,7 +39,7 @@ from typing import Any
 
 from findings.errors import InputError
 from findings.importers import table
-from findings.importers.aiperf import LATENCIES, SCALARS, is_records, metric_objects
+from findings.importers.aiperf import LATENCIES, SCALARS, is_csv_export, is_records, metric_objects
 from findings.importers.common import Source
 
 FORMATS = ("table", "sglang-bench", "vllm-bench", "aiperf")
@@ -113,9 +114,12 @@ def _json_format(src: Source, doc: dict[str, Any]) -> tuple[str, str]:
         return "aiperf", f"AIPerf metric objects: {_keys(tags)}"
     if is_records(doc):
         return "aiperf", "AIPerf per-request records (metadata.x_request_id)"
-    if "output_throughput" not in doc:
-        raise _refuse(src, "a JSON object with neither AIPerf metric objects nor 'output_throughput'")
     vllm, sglang = own_keys(doc)
+    if "output_throughput" not in doc:
+        latencies = [k for k in doc if k.endswith(("_ttft_ms", "_tpot_ms", "_itl_ms"))]
+        if vllm and latencies and not sglang:  # vllm-ascend's latency-only copy of benchmark_serving.py
+            return "vllm-bench", f"keys only vLLM writes: {_keys(vllm)}, with latency statistics only"
+        raise _refuse(src, "a JSON object with neither AIPerf metric objects nor 'output_throughput'")
     if vllm and not sglang:
         return "vllm-bench", f"keys only vLLM writes: {_keys(vllm)}"
     if sglang and not vllm:
@@ -151,6 +155,8 @@ def explain(src: Source) -> tuple[str, str]:
             raise _refuse(src, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
         except (ValueError, RecursionError):
             raise _refuse(src, "not valid JSON") from None
+    if is_csv_export(text):
+        return "aiperf", "genai-perf's CSV export (Metric,avg,... then Metric,Value)"
     try:
         header = [h.strip() for h in next(csv.reader(io.StringIO(text, newline="")))]
     except (csv.Error, StopIteration):

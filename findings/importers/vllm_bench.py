@@ -28,7 +28,10 @@ Failures: ``completed`` counts successes. ``failed`` is the file's own
 (0.11.1+), else the non-empty ``errors`` entries (detailed files), else
 ``num_prompts`` minus ``completed`` (every request sent is one of the
 two); ``planned`` is completed + failed. A file with ``completed`` 0 is a
-run where every request failed: a point without throughput or latencies.
+run where every request failed: a point without throughput or latencies. A
+file with latency statistics only (vllm-ascend's February 2025 copy of the
+script: no ``duration``, ``completed`` or ``output_throughput``) is a point
+whose throughput and counts are unknown: stored, shown, never judged.
 """
 
 from __future__ import annotations
@@ -214,11 +217,16 @@ def _count(path: str, line: int, key: str, value: Any) -> float | None:
 
 def _metrics(path: str, line: int, doc: Mapping[str, Any]) -> dict[str, float]:
     completed = _count(path, line, "completed", doc.get("completed"))
-    if "output_throughput" not in doc and completed != 0:
+    # vllm-ascend's copy of benchmark_serving.py (February 2025) wrote only the
+    # latency statistics: no duration, completed or output_throughput. Such a
+    # point is stored with its throughput and counts unknown (never zero).
+    latency_only = ("output_throughput" not in doc and "completed" not in doc and "duration" not in doc
+                    and any(k.endswith(("_ttft_ms", "_tpot_ms", "_itl_ms")) for k in doc))
+    if "output_throughput" not in doc and completed != 0 and not latency_only:
         raise InputError(path, line, "output_throughput",
                          "missing (a pooling/embedding run measures no output tokens)")
     tput = finite_number(path, line, "output_throughput", doc.get("output_throughput"))
-    if (tput is None or tput < 0) and completed != 0:
+    if (tput is None or tput < 0) and completed != 0 and not latency_only:
         raise InputError(path, line, "output_throughput", "expected a number >= 0")
     metrics: dict[str, float] = {THROUGHPUT: tput} if tput is not None else {}
     for key, value in doc.items():

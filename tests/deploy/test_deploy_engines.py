@@ -95,11 +95,15 @@ def test_sglang_parses_and_routes_what_findings_emits(tmp_path: Path) -> None:
         e = d.engine("sglang")
         assert e is not None
         f = deploy.facts_of(test_facts(name, d))
+        # SGLang is asked under its own name for the recorded algorithm (vLLM's
+        # mtp is NEXTN, draft_model STANDALONE); a name it has none for is not asked.
+        own = deploy.sglang_algorithm(f.algorithm) if f.algorithm else "EAGLE3"
+        known = own is not None and not isinstance(own, deploy._Unknown)
         case: dict[str, Any] = {
             "case": name, "status": e.status, "reason": e.reason,
-            "threshold_policy": d.policy in ("on-above", "on-below"),  # the only ones that use adaptive
-            "engine_checked": e.status == "refused" and any(x in e.reason for x in ENGINE_CHECKED),
-            "server_args": {"speculative_algorithm": f.algorithm or "EAGLE3", "speculative_eagle_topk": f.topk,
+            "threshold_policy": d.policy in ("on-above", "on-below") and known,  # the only ones that use adaptive
+            "engine_checked": known and e.status == "refused" and any(x in e.reason for x in ENGINE_CHECKED),
+            "server_args": {"speculative_algorithm": own if known else "EAGLE3", "speculative_eagle_topk": f.topk,
                             "attn_dp_size": 2 if f.attention_dp else 1,
                             "enable_multi_layer_eagle": f.multi_layer_eagle,
                             "enable_two_batch_overlap": f.two_batch_overlap, "enable_pdmux": f.pdmux},

@@ -73,23 +73,18 @@ def estimate(levels: Sequence[Level], policy: str) -> Crossover | None:
     """The crossover of an ``on-below`` or ``on-above`` candidate from its
     levels sorted by C (comparisons without a verdict left out); None for
     other policies."""
-    verdicts = [lv.verdict for lv in levels]
-    if policy == "on-below":
-        losses = [i for i, v in enumerate(verdicts) if v == "loss"]
-        wins = [i for i, v in enumerate(verdicts) if v == "win" and (not losses or i < losses[0])]
-        if not wins or not losses:
-            return None
-        start, falling = wins[-1], True
-        low_curve, high_curve = "low", "high"
-    elif policy == "on-above":
-        wins = [i for i, v in enumerate(verdicts) if v == "win"]
-        losses = [i for i, v in enumerate(verdicts) if v == "loss" and (not wins or i < wins[0])]
-        if not wins or not losses:
-            return None
-        start, falling = losses[-1], False
-        low_curve, high_curve = "high", "low"
-    else:
+    if policy not in ("on-below", "on-above"):
         return None
+    # on-above is on-below mirrored: losses then wins instead of wins then losses
+    falling = policy == "on-below"
+    before, after = ("win", "loss") if falling else ("loss", "win")
+    verdicts = [lv.verdict for lv in levels]
+    later = [i for i, v in enumerate(verdicts) if v == after]
+    earlier = [i for i, v in enumerate(verdicts) if v == before and (not later or i < later[0])]
+    if not earlier or not later:
+        return None
+    start = earlier[-1]
+    low_curve, high_curve = ("low", "high") if falling else ("high", "low")
     est = _crossing(levels, start, "ratio", falling)
     lo = _crossing(levels, start, low_curve, falling)
     hi = _crossing(levels, start, high_curve, falling)

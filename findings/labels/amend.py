@@ -18,7 +18,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from findings import diskio, storeindex
 from findings import store as store_mod
@@ -111,13 +111,12 @@ def _run_file(store: Path, run_id: str) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def _index(store: Path) -> Any:
-    try:
+def _update_index(store: Path, change: Callable[[storeindex.Index], None]) -> None:
+    """Apply ``change`` to the write index; an index that cannot be opened or
+    updated is left stale, and rebuilt from the run files at the next write."""
+    with contextlib.suppress(sqlite3.Error, OSError):
         with storeindex.open_for_write(store) as index:
-            yield index
-    except (sqlite3.Error, OSError):
-        yield None  # stale: rebuilt from the run files at the next write
+            change(index)
 
 
 def retract(store: Path, run_id: str, why: str) -> Amendment:
@@ -130,9 +129,7 @@ def retract(store: Path, run_id: str, why: str) -> Amendment:
         record = _record(store, "retract", run, why.strip(), {})
         diskio.remove(path)  # the run file first: a sidecar alone is never read
         diskio.remove(store_mod.sidecar_path(store, run_id))
-        with _index(store) as index:
-            if index is not None:
-                index.removed([run_id])
+        _update_index(store, lambda index: index.removed([run_id]))
     return read_one(record)
 
 
@@ -220,9 +217,7 @@ def relabel(store: Path, run_id: str, *, config: str | None = None, workload: st
             raise LabelError(text if "nothing was changed" in text else f"{text}; nothing was changed") from None
         record = _record(store, "relabel", run, why.strip(), changes)
         diskio.write_replace(path, store_mod.encode(doc), make_parent=False)
-        with _index(store) as index:
-            if index is not None:
-                index.replaced(new)
+        _update_index(store, lambda index: index.replaced(new))
     return read_one(record)
 
 

@@ -3,6 +3,7 @@ never silently changes a conclusion or passes a CI gate green."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -319,8 +320,9 @@ def test_the_best_line_never_contradicts_the_policy_golden(tmp_path):
     project.mkdir()
     (project / "findings.toml").write_text(
         f'[findings]\ntitle = "Peaks at different C"\nstore = "st"\ntemplates = "{ROOT / "templates"}"\n')
-    r = cli("ingest", "table", str(GUARD / "peaks-apart.csv"), "--configs", str(GUARD / "peaks-apart-configs.csv"),
-            store=project / "st")
+    # relative to the checkout, so that the rendered sources do not depend on where it lies
+    r = cli("ingest", "table", os.path.relpath(GUARD / "peaks-apart.csv"),
+            "--configs", os.path.relpath(GUARD / "peaks-apart-configs.csv"), store=project / "st")
     assert r.exit_code == 0, r.output
     text = render_golden(project, tmp_path / "doc.md", ROOT / "tests" / "golden" / "peaks-apart.md",
                          "tests/test_guardrails.py")

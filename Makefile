@@ -46,6 +46,7 @@ test: $(STAMP)
 	bash tools/get_mermaid.sh
 	FINDINGS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/findings render --check
 	$(BIN)/findings --settings benchmarks/perf/findings.toml render --check
 	$(BIN)/findings --settings benchmarks/llamacpp.findings.toml render --check

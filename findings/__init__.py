@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__version__ = "0.1.0"
+from findings.core.version import __version__
 
 __all__ = ["__version__", "conclusions", "frame"]
 
 
 def _settings(store: str | Path | None) -> Any:
-    from findings.settings import load
+    from findings.document.settings import load
     return load(None).with_overrides(store=str(store) if store is not None else None, baseline=None,
                                      noise_floor=None)
 
@@ -36,5 +36,5 @@ def frame(store: str | Path | None = None, *, requests: bool = False) -> Any:
 
 def conclusions(store: str | Path | None = None) -> dict[str, Any]:
     """The conclusions as ``findings conclusions --json`` prints them (docs/conclusions.md)."""
-    from findings import document
+    from findings import api as document
     return document.conclusions(_settings(store))

@@ -12,11 +12,11 @@ from typing import Any
 
 import click
 
-from findings import __version__, document
-from findings import ingest as ingest_lib
-from findings.diskio import cause
-from findings.errors import FindingsError
-from findings.settings import Settings, load
+from findings import __version__, api as document
+from findings.importers import ingest as ingest_lib
+from findings.core.diskio import cause
+from findings.core.errors import FindingsError
+from findings.document.settings import Settings, load
 
 
 class Context:
@@ -464,7 +464,7 @@ def store_group() -> None:
 @click.pass_obj
 def store_check(obj: Context) -> None:
     """Verify every run file and the store as a whole; say how to repair what is wrong."""
-    from findings import storecheck
+    from findings.store import check as storecheck
 
     s = _run(obj.settings)
     text, healthy = _run(storecheck.report, s.store)
@@ -493,7 +493,7 @@ def store_migrate(obj: Context) -> None:
 @click.pass_obj
 def store_list(obj: Context, show_runs: bool) -> None:
     """Campaigns, configs and workloads with their counts (and, with --runs, the runs)."""
-    from findings.labels import amend
+    from findings.store import amend
 
     s = _run(obj.settings)
     click.echo(_run(amend.listing, s.store, show_runs))
@@ -505,7 +505,7 @@ def store_list(obj: Context, show_runs: bool) -> None:
 @click.pass_obj
 def store_retract(obj: Context, run_id: str, why: str) -> None:
     """Remove a run and its sidecar, recording who, when and why (the methodology lists it)."""
-    from findings.labels import amend
+    from findings.store import amend
 
     s = _run(obj.settings)
     done = _run(amend.retract, s.store, run_id, why)
@@ -523,7 +523,7 @@ def store_retract(obj: Context, run_id: str, why: str) -> None:
 def store_relabel(obj: Context, run_id: str, config: str | None, workload: str | None, campaign: str | None,
                   why: str, allow_workload_change: bool) -> None:
     """Rewrite a run's labels atomically, checked as a new run would be."""
-    from findings.labels import amend
+    from findings.store import amend
 
     s = _run(obj.settings)
     done = _run(amend.relabel, s.store, run_id, config=config, workload=workload, campaign=campaign, why=why,
@@ -536,7 +536,7 @@ def store_relabel(obj: Context, run_id: str, config: str | None, workload: str |
 @click.pass_obj
 def diff(obj: Context, base_ref: str | None) -> None:
     """Markdown summary of what changed in conclusions since BASE_REF (default: merge base with main)."""
-    from findings import diff as diff_lib
+    from findings.document import diff as diff_lib
 
     s = _run(obj.settings)
     click.echo(_run(diff_lib.diff_markdown, s, base_ref), nl=False)

@@ -12,10 +12,11 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from findings import diskio, store
-from findings.errors import FindingsError
-from findings.model import Dataset, Point, Scalar
-from findings.validity import flagged
+from findings.core import diskio
+from findings import store
+from findings.core.errors import FindingsError
+from findings.core.model import Dataset, Point, Scalar
+from findings.derive.validity import flagged
 
 if TYPE_CHECKING:
     import pandas as pd

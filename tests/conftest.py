@@ -13,11 +13,11 @@ from typing import Any, Iterator
 import pytest
 from click.testing import CliRunner, Result
 
-from findings.analysis import Rules
+from findings.derive.analysis import Rules
 from findings.cli import main
-from findings.model import THROUGHPUT, Campaign, Dataset, Point
+from findings.core.model import THROUGHPUT, Campaign, Dataset, Point
 
-# The render cache (findings/rendercache.py) of every test and of the
+# The render cache (findings/document/cache.py) of every test and of the
 # commands they run goes to a folder of this session, never the user's.
 os.environ.setdefault("FINDINGS_CACHE_DIR", tempfile.mkdtemp(prefix="findings-test-cache-"))
 

@@ -6,8 +6,9 @@ import pytest
 
 from conftest import dataset
 
-from findings.analysis import Rules, conclude
-from findings.model import Dataset
+from findings.derive.analysis import Rules
+from findings.derive.regressions import conclude
+from findings.core.model import Dataset
 
 
 def cand(data, rules, workload="w", config="spec"):
@@ -142,8 +143,8 @@ def test_workload_without_baseline_is_inconclusive(rules):
 
 
 def test_a_lead_beyond_the_band_whose_interval_includes_no_difference_is_not_called_inside_the_band():
-    from findings import prose
-    from findings.analysis import Best, Cell, Comparison, WorkloadConclusion
+    from findings.document import prose
+    from findings.derive.analysis import Best, Cell, Comparison, WorkloadConclusion
 
     def cell(config: str, mean: float) -> Cell:
         return Cell(workload="w", campaign="c", rank=0, config=config, concurrency=64, mean=mean, lo=mean, hi=mean,

@@ -11,7 +11,7 @@ from findings.bench.records import PointOutcome, RequestRecord
 from findings.bench.runner import parse_prometheus
 from findings.bench.transport import _data
 from findings.bench.workload import Workload, make_prompts
-from findings.errors import InputError
+from findings.core.errors import InputError
 
 
 def native_event(ct: int, finish: bool = False, **extra):
@@ -188,7 +188,7 @@ def test_matrix_errors(text, field):
 
 
 def test_redaction_of_secrets_but_not_of_token_counts():
-    from findings.serverinfo import redact, secret_name
+    from findings.core.serverinfo import redact, secret_name
     line = ("python -m sglang.launch_server --enable-metrics --api-key sk-live-1 --speculative-num-draft-tokens 3 "
             "--hf-token=hf_abc OPENAI_API_KEY=sk-2 MAX_TOKENS=5 -H 'Authorization: Bearer tok.en'")
     out = redact(line)

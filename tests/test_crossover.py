@@ -9,7 +9,8 @@ import math
 import pytest
 from conftest import dataset
 
-from findings.analysis import Rules, conclude
+from findings.derive.analysis import Rules
+from findings.derive.regressions import conclude
 from findings.derive.crossover import Level, estimate
 
 

@@ -13,7 +13,7 @@ from conftest import FIXTURES, cli
 from findings import datasets
 from findings.bench import matrix
 from findings.bench.workload import make_prompts
-from findings.errors import FindingsError, InputError
+from findings.core.errors import FindingsError, InputError
 
 DS = FIXTURES / "datasets"
 
@@ -206,7 +206,7 @@ def test_prompt_text_never_reaches_the_params_or_a_json_dump():
 
 
 def test_category_key_selects_one_category_and_plan_writes_a_matrix_that_parses(tmp_path):
-    from findings.plan import Plan, Question, matrix_toml
+    from findings.decide.plan import Plan, Question, matrix_toml
     (tmp_path / "q.jsonl").write_bytes((DS / "question.jsonl").read_bytes())
     m = write_matrix(tmp_path, '[workloads.mt]\ndataset = "q.jsonl"\nsplit_by = "category"\n'
                                '[workloads.he]\nprompts = "humaneval"\noutput_len = 16\n')

@@ -10,8 +10,8 @@ from pathlib import Path
 from conftest import ROOT, render_golden
 
 from findings import store as store_mod
-from findings.model import Campaign, Point, Run
-from findings.schema import SCHEMA_VERSION, point_id
+from findings.core.model import Campaign, Point, Run
+from findings.store.schema import SCHEMA_VERSION, point_id
 
 GOLDEN = ROOT / "tests" / "golden" / "datasets.md"
 FACTS = {"baseline": {"speculative_algorithm": "none"},

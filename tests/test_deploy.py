@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from conftest import ROOT, cli
 
-from findings import deploy
-from findings.analysis import Rules, conclude
-from findings.model import THROUGHPUT, Campaign, Dataset, Point
+from findings.decide import deploy
+from findings.derive.analysis import Rules
+from findings.derive.regressions import conclude
+from findings.core.model import THROUGHPUT, Campaign, Dataset, Point
 
 GOLDEN = Path(__file__).parent / "golden" / "deploy-cases.json"
 CS = (1, 10, 100)

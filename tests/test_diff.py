@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import HISTORY
 
-from findings import settings as settings_mod
+from findings.document import settings as settings_mod
 from findings.cli import main
-from findings.diff import diff_markdown
-from findings.errors import FindingsError, NotAStoreError
+from findings.document.diff import diff_markdown
+from findings.core.errors import FindingsError, NotAStoreError
 
 TOML = """[findings]
 store = "benchmarks/results"

@@ -44,9 +44,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from findings import ingest
+from findings.importers import ingest
 from findings import store as store_mod
-from findings.schema import SIDECAR_SUFFIX
+from findings.store.schema import SIDECAR_SUFFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable

@@ -47,11 +47,12 @@ pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from findings import ingest, store  # noqa: E402
-from findings.errors import FindingsError, InputError, StoreError  # noqa: E402
+from findings.importers import ingest
+from findings import store  # noqa: E402
+from findings.core.errors import FindingsError, InputError, StoreError  # noqa: E402
 from findings.importers import common, sglang_bench, table  # noqa: E402
-from findings.model import Run  # noqa: E402
-from findings.schema import SIDECAR_SUFFIX, run_from_dict, run_to_dict  # noqa: E402
+from findings.core.model import Run  # noqa: E402
+from findings.store.schema import SIDECAR_SUFFIX, run_from_dict, run_to_dict  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -696,7 +697,7 @@ def _bad_input(data: st.DataObject, kind: str) -> tuple[bytes, str]:
 @budget(200)
 @given(data=st.data(), kind=st.sampled_from(INGEST_KINDS), auto=st.booleans(), seeded=st.booleans())
 def test_ingest_of_a_bad_file_writes_nothing(data: st.DataObject, kind: str, auto: bool, seeded: bool) -> None:
-    """Through findings.ingest (per format, or ``ingest auto`` where it exists): all or nothing."""
+    """Through findings.importers.ingest (per format, or ``ingest auto`` where it exists): all or nothing."""
     auto = auto and hasattr(ingest, "ingest_auto")
     with tempfile.TemporaryDirectory() as tmp:
         store_dir = Path(tmp) / "store"
@@ -860,7 +861,7 @@ def _ingested_store_loads(tmp_path: Path, name: str, text: str, fn_name: str, **
 ], ids=["sglang-workload", "sglang-server-info", "vllm", "aiperf"])
 def test_regression_workload_int_beyond_float_range(tmp_path: Path, fn_name: str, name: str, text: str) -> None:
     if not hasattr(ingest, fn_name):
-        pytest.skip(f"no findings.ingest.{fn_name}")
+        pytest.skip(f"no findings.importers.ingest.{fn_name}")
     _ingested_store_loads(tmp_path, name, text.replace("BIG", BIG), fn_name, **KW)
 
 

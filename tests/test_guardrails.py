@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import findings
-from findings.errors import NotAStoreError
+from findings.core.errors import NotAStoreError
 from conftest import HISTORY, ROOT, cli
 
 READERS = [
@@ -276,8 +276,8 @@ def test_the_3_9x_mislabel_is_flagged_and_the_seed_policies_are_unchanged(seed_s
 
 def test_a_level_that_holds_is_a_step_not_suspect(tmp_path, rules):
     from conftest import dataset
-    from findings import regressions
-    from findings.analysis import cells
+    from findings.derive import regressions
+    from findings.derive.analysis import cells
 
     rows = [(camp, "baseline", "w", c, t) for camp, t in (("a", 100), ("b", 390), ("c", 392)) for c in (1, 8)]
     found = regressions.analyse(data := dataset(rows), rules, cells(data, rules))
@@ -291,7 +291,8 @@ def test_a_level_that_holds_is_a_step_not_suspect(tmp_path, rules):
 
 def test_a_drift_beyond_the_cap_is_not_comparable_not_a_tie(rules):
     from conftest import dataset
-    from findings.analysis import NOT_COMPARABLE, Rules, conclude
+    from findings.derive.analysis import NOT_COMPARABLE, Rules
+    from findings.derive.regressions import conclude
 
     # the baseline wanders by 60% between campaigns at C=8 (no step: not consistent across C)
     rows = [("a", "baseline", "w", 1, 100), ("a", "baseline", "w", 8, 400), ("a", "spec", "w", 1, 130),
@@ -302,7 +303,7 @@ def test_a_drift_beyond_the_cap_is_not_comparable_not_a_tie(rules):
     (cand,) = wc.candidates
     assert cand.verdicts == {1: "win", 8: NOT_COMPARABLE}
     assert cand.policy == "always-on"  # from C=1: C=8 is left out, not a tie
-    from findings import prose
+    from findings.document import prose
     assert "is not comparable at C=8, where the baseline's own campaigns drift by up to ±54.5%, beyond the " \
            "drift cap (left out of the policy)" in prose.policy(cand)
     # under the cap the same wander is a (wide) band and a tie

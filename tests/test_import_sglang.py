@@ -8,9 +8,9 @@ import math
 import pytest
 from conftest import SGL, cli
 
-from findings.errors import InputError
+from findings.core.errors import InputError
 from findings.importers import common, sglang_bench
-from findings.model import THROUGHPUT
+from findings.core.model import THROUGHPUT
 
 ARGS = dict(config="eagle3-topk1-v2", campaign="c", workload="random-1024-512", date="2026-11-01")
 

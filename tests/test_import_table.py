@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import HISTORY, cli
 
-from findings.errors import InputError
+from findings.core.errors import InputError
 from findings.importers import common, table
 
 HEADER = "campaign,order,workload,config,concurrency,output_throughput_tok_s,note\n"

@@ -21,9 +21,9 @@ from conftest import FIXTURES, ROOT, cli, render_golden
 
 from findings import store
 from findings.importers import aiperf, common, detect, sglang_bench, table, vllm_bench
-from findings.errors import InputError
-from findings.model import THROUGHPUT
-from findings.validity import Gates, counts, reasons
+from findings.core.errors import InputError
+from findings.core.model import THROUGHPUT
+from findings.derive.validity import Gates, counts, reasons
 
 REAL = FIXTURES / "real_tools"
 GOLDEN = Path(__file__).parent / "golden" / "real-tools.md"

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from conftest import FIXTURES, HISTORY, SGL
 
-from findings import ingest, store
-from findings.errors import DuplicateError, InputError, SettingsError
+from findings.importers import ingest
+from findings import store
+from findings.core.errors import DuplicateError, InputError, SettingsError
 from findings.importers import aiperf, common, detect, vllm_bench
-from findings.model import THROUGHPUT
-from findings.schema import run_from_dict, run_to_dict
+from findings.core.model import THROUGHPUT
+from findings.store.schema import run_from_dict, run_to_dict
 
 VLLM = FIXTURES / "vllm_bench"
 AIPERF = FIXTURES / "aiperf"
@@ -568,7 +569,8 @@ def test_aiperf_0_8_cancelled_run_where_every_request_errored_is_a_failed_point(
     assert p.note == "AIPerf reports the run was cancelled; errors: 32x HTTP 500 Internal Server Error"
     s = tmp_path / "st"
     ingest.ingest_aiperf(s, str(AIPERF / "aiperf_0_8_0_cancelled_all_failed.json"), **ARGS)
-    from findings import document, settings as settings_mod
+    from findings import api as document
+    from findings.document import settings as settings_mod
     got = json.loads(document.conclusions_json(settings_mod.load(None).with_overrides(
         store=str(s), baseline=None, noise_floor=None)))
     assert got["flagged"] == {f"{run.run_id}/0": ["all 32 requests failed"]}

@@ -18,7 +18,7 @@ from findings.bench.metrics import derive, raw_columns
 from findings.bench.protocol import Parser
 from findings.bench.records import PointOutcome, RequestRecord
 from findings.bench.runner import parse_prometheus
-from findings.serverinfo import props_facts
+from findings.core.serverinfo import props_facts
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -215,7 +215,7 @@ def test_the_llamacpp_document_shows_the_agreement(tmp_path: Path, double) -> No
 
 
 def test_pivot_over_and_ratios() -> None:
-    from findings.pivot import pivot, ratios
+    from findings.document.pivot import pivot, ratios
     rows = [{"campaign": "k", "workload": "w", "config": c, "concurrency": n,
              "metrics": {"a": a, "b": b}} for c, n, a, b in
             (("x", 1, 101.0, 100.0), ("x", 2, 99.0, 100.0), ("y", 1, 50.0, 0.0))]
@@ -225,7 +225,7 @@ def test_pivot_over_and_ratios() -> None:
 
 
 def test_sampled_every_says_the_points_own_interval() -> None:
-    from findings.pivot import sampled_every
+    from findings.document.pivot import sampled_every
     def row(c: int, **m: float) -> dict:
         return {"campaign": "k", "workload": "w", "config": "x", "concurrency": c, "metrics": m}
     assert sampled_every([row(1, server_running_samples=3, server_running_interval_s=1.0)], "w") == "every 1 s"

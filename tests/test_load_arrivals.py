@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from findings.errors import InputError
+from findings.core.errors import InputError
 from findings.load import arrivals, trace
 from findings.load.arrivals import Phase
 

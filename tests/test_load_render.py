@@ -2,7 +2,7 @@
 verdicts on a request-rate axis from latency and goodput, the policy's
 threshold as a rate and the running batch measured there, the deploy
 settings at that batch, the max sustainable rate, and a day replay per
-phase. Also the pure rules behind them (findings/load/verdicts.py)."""
+phase. Also the pure rules behind them (findings/derive/openloop.py)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 from conftest import ROOT, cli, render_golden
 
 from findings import store as store_mod
-from findings.analysis import Rules, cells
-from findings.load import verdicts
-from findings.model import Campaign, Dataset, Point, Run
-from findings.schema import SCHEMA_VERSION, point_id
+from findings.derive.analysis import Rules, cells
+from findings.derive import openloop as verdicts
+from findings.core.model import Campaign, Dataset, Point, Run
+from findings.store.schema import SCHEMA_VERSION, point_id
 
 GOLDEN = ROOT / "tests" / "golden" / "open-loop.md"
 FACTS = {"baseline": {"speculative_algorithm": "none"},

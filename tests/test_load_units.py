@@ -16,7 +16,7 @@ from findings.bench.matrix import parse
 from findings.bench.metrics import _in_flight, meets_slo, open_loop
 from findings.bench.records import PointOutcome, RequestRecord
 from findings.bench.runner import parse_prometheus, running_gauge, running_gauge_text
-from findings.errors import InputError
+from findings.core.errors import InputError
 from findings.load.spec import describe_phases, next_search_rate, parse_phases
 
 BASE = """

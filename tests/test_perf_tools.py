@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from conftest import ROOT, cli
-from findings.model import Campaign, Dataset, Point
-from findings.pivot import lookup, measurements, pivot
-from findings.validity import Gates, reasons
+from findings.core.model import Campaign, Dataset, Point
+from findings.document.pivot import lookup, measurements, pivot
+from findings.derive.validity import Gates, reasons
 
 from test_bench_e2e import emulator, runs, start_emulator  # noqa: F401 (emulator is a fixture)
 
@@ -234,7 +234,7 @@ def test_table_rows_marked_na_store_points_the_analysis_leaves_out(tmp_path: Pat
 
 
 def test_drift_is_measured_over_the_latest_campaigns_only() -> None:
-    from findings.analysis import Cell, Rules, Table
+    from findings.derive.analysis import Cell, Rules, Table
 
     def cell(rank: int, mean: float) -> Cell:
         return Cell(workload="w", campaign=f"c{rank}", rank=rank, config="baseline", concurrency=8, mean=mean,
@@ -248,8 +248,8 @@ def test_drift_is_measured_over_the_latest_campaigns_only() -> None:
 
 
 def test_drift_window_setting(tmp_path: Path) -> None:
-    from findings.errors import FindingsError
-    from findings.settings import load
+    from findings.core.errors import FindingsError
+    from findings.document.settings import load
 
     f = tmp_path / "findings.toml"
     f.write_text("[findings]\ndrift_window = 3\n")

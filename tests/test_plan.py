@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import HISTORY, ROOT, cli
 
-from findings import plan, sequential
+from findings.decide import plan
+from findings.derive import sequential
 from findings.bench.matrix import parse
 
 PY = sys.executable

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from findings.analysis import LOSS, TIE, WIN, policy
+from findings.derive.analysis import LOSS, TIE, WIN, policy
 
 
 @pytest.mark.parametrize(

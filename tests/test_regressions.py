@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, HISTORY, ROOT, cli, render_golden
 
-from findings import regressions, store
-from findings.analysis import Cell, Rules, Table, cells
-from findings.regressions import DRIFT, IMPROVEMENT, REGRESSION, facts_changed, moves
+from findings.derive import regressions
+from findings import store
+from findings.derive.analysis import Cell, Rules, Table, cells
+from findings.derive.regressions import DRIFT, IMPROVEMENT, REGRESSION, facts_changed, moves
 
 SCENARIO = FIXTURES / "regressions"
 GOLDEN = Path(__file__).resolve().parent / "golden" / "regressions-scenario.md"

@@ -1,4 +1,4 @@
-"""The render cache (findings/rendercache.py, D77): a cold cache, a warm one
+"""The render cache (findings/document/cache.py, D77): a cold cache, a warm one
 and none give the same bytes, on the seed store and on a synthetic store
 with per-request records; a render after adding a campaign reads only the
 new run files; a damaged cache is a miss, never a wrong document."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, cache_off, cli
-from findings import rendercache
+from findings.document import cache as rendercache
 from findings import store as store_mod
 
 sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))

@@ -7,11 +7,12 @@ import json
 import pytest
 from conftest import FIXTURES, cli, dataset
 
-from findings.analysis import Rules, conclude
-from findings.model import THROUGHPUT, Campaign, Dataset, Point
-from findings.stats import ratio_ci, window_series
-from findings.validity import Gates, reasons
-from findings.views import CellView, Slo, goodput, mermaid_xychart, pareto
+from findings.derive.analysis import Rules
+from findings.derive.regressions import conclude
+from findings.core.model import THROUGHPUT, Campaign, Dataset, Point
+from findings.derive.stats import ratio_ci, window_series
+from findings.derive.validity import Gates, reasons
+from findings.document.views import CellView, Slo, goodput, mermaid_xychart, pareto
 
 
 def point(i: int, config: str, c: int, tput: float, campaign: str = "a", source: str = "runner", **metrics):

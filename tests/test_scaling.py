@@ -21,14 +21,17 @@ from conftest import ROOT, cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from findings import report, stats, store
-from findings.analysis import Rules, Table, cells, conclude, conclude_table
-from findings.errors import DuplicateError, SettingsError, StoreError
-from findings.history import replay
-from findings.model import THROUGHPUT, Campaign, Dataset, Point, Run
-from findings.render import github_table
-from findings.schema import run_from_dict, run_to_dict
-from findings.settings import load as load_settings
+from findings.document import report
+from findings.derive import stats
+from findings import store
+from findings.derive.analysis import Rules, Table, cells, conclude_table
+from findings.derive.regressions import conclude
+from findings.core.errors import DuplicateError, SettingsError, StoreError
+from findings.derive.history import replay
+from findings.core.model import THROUGHPUT, Campaign, Dataset, Point, Run
+from findings.document.render import github_table
+from findings.store.schema import run_from_dict, run_to_dict
+from findings.document.settings import load as load_settings
 
 
 def synthetic(seed: int, campaigns: int = 12) -> Dataset:
@@ -219,7 +222,7 @@ def test_github_table_is_what_tabulate_writes(data):
 
 @given(st.text(st.sampled_from(list("ab9 _-.é\\|*`[]<>&#\n\r\t")), max_size=12))
 def test_text_skips_only_what_needs_no_escaping(value):
-    from findings.fmt import _EDGE_UNDERSCORE, _MD_SPECIAL, text
+    from findings.core.fmt import _EDGE_UNDERSCORE, _MD_SPECIAL, text
     assert text(value) == _EDGE_UNDERSCORE.sub(r"\\_", value.translate(_MD_SPECIAL))
 
 

@@ -43,7 +43,7 @@ def test_overlap_topk1_is_the_campaign_that_changed_the_throughput_verdict(seed_
 
 
 def test_default_floor_stays_under_six_percent():
-    from findings.settings import DEFAULT_FLOOR
+    from findings.document.settings import DEFAULT_FLOOR
     assert DEFAULT_FLOOR < 0.06  # the C=1 loss of eagle3-topk1-v2 is -6.4%
 
 

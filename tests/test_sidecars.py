@@ -18,9 +18,9 @@ import pytest
 
 from conftest import ROOT, cache_off, cli, run_docs
 from findings import store as store_mod
-from findings.errors import StoreError
-from findings.model import THROUGHPUT, Campaign, Point, Run
-from findings.schema import SCHEMA_VERSION, SIDECAR_SUFFIX, point_id
+from findings.core.errors import StoreError
+from findings.core.model import THROUGHPUT, Campaign, Point, Run
+from findings.store.schema import SCHEMA_VERSION, SIDECAR_SUFFIX, point_id
 
 
 def _run(run_id: str, records: dict[int, dict[str, object]], n: int = 3) -> Run:

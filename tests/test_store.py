@@ -10,8 +10,8 @@ import pytest
 from conftest import HISTORY, cli
 
 from findings import store as store_mod
-from findings.errors import StoreError
-from findings.schema import SCHEMA_VERSION
+from findings.core.errors import StoreError
+from findings.store.schema import SCHEMA_VERSION
 
 
 def files(store: Path) -> dict[str, bytes]:
@@ -182,7 +182,7 @@ def test_version_1_stores_keep_reading(tmp_path):
 
 
 def test_migration_function_and_unknown_versions():
-    from findings.schema import migrate
+    from findings.store.schema import migrate
     doc = {"schema_version": 1, "source_file": {"path": "a.csv", "sha256": "ab"}}
     out = migrate(dict(doc), "x.json")
     assert out["schema_version"] == 4 and out["inputs"] == [{"path": "a.csv", "sha256": "ab", "role": "data"}]

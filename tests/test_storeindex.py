@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, HISTORY, cli
 
-from findings import store, storeindex
-from findings.errors import DuplicateError
+from findings import store
+from findings.store import index as storeindex
+from findings.core.errors import DuplicateError
 
 
 def seeded(tmp_path: Path) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES, ROOT, cli
 
-from findings import serverinfo
+from findings.core import serverinfo
 from findings.bench import launch
 from findings.bench.metrics import _counter_deltas
 from findings.bench.records import PointOutcome

@@ -20,3 +20,5 @@ for f in $(git ls-files '*.md' | grep -v '^docs/\|^tests/\|README'); do
   mkdir -p "$out/docs/$(dirname "$f")"; cp "$f" "$out/docs/$f"
 done
 cp -r tests/golden "$out/golden"
+# The output folder's own path appears in some outputs: name it OUT.
+grep -rl --null "$out" "$out" | xargs -0 -r sed -i "s|$out|OUT|g"

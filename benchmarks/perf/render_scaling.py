@@ -41,8 +41,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from findings import store as store_mod  # noqa: E402
-from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar  # noqa: E402
-from findings.schema import SCHEMA_VERSION, point_id  # noqa: E402
+from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar  # noqa: E402
+from findings.store.schema import SCHEMA_VERSION, point_id  # noqa: E402
 
 #: Bump when the generated shape changes, so cached stores are rebuilt
 #: (2: store schema 4, per-request records in sidecars).

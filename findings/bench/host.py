@@ -7,7 +7,7 @@ import platform
 import shutil
 import subprocess
 
-from findings.model import Scalar
+from findings.core.model import Scalar
 
 
 def facts() -> dict[str, Scalar]:

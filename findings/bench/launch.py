@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
-from findings import diskio
-from findings.errors import FindingsError
-from findings.serverinfo import redact
+from findings.core import diskio
+from findings.core.errors import FindingsError
+from findings.core.serverinfo import redact
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -59,9 +59,9 @@ from findings.bench.protocol import APIS
 from findings.bench.transport import TRANSPORTS
 from findings import datasets
 from findings.bench.workload import DATASET, KINDS, Workload
-from findings.errors import FindingsError, InputError
+from findings.core.errors import FindingsError, InputError
 from findings.load import spec as loadspec
-from findings.schema import valid_name
+from findings.store.schema import valid_name
 
 
 @dataclass(frozen=True)

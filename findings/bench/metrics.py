@@ -11,8 +11,9 @@ from typing import Any, Sequence
 
 from findings.bench.records import PointOutcome, RequestRecord
 from findings.datasets.model import category_key
-from findings.model import THROUGHPUT
-from findings.validity import only_counts
+from findings.core.model import THROUGHPUT
+from findings.derive.validity import only_counts
+from findings.load.spec import phase_key
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -155,14 +156,6 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
         # measure nothing; the point keeps its counts and its error types.
         return only_counts(m)
     return m
-
-
-#: A phase's metrics are stored as ``phase.{i}.{name}`` (i from 1).
-PHASE_PREFIX = "phase."
-
-
-def phase_key(i: int, name: str) -> str:
-    return f"{PHASE_PREFIX}{i}.{name}"
 
 
 def _in_flight(spans: Sequence[tuple[float, float]], t0: float, t1: float) -> dict[str, float]:

@@ -22,7 +22,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from findings import __version__, diskio, sequential, serverinfo, store
+from findings import store
+from findings.core.version import __version__
+from findings.core import diskio, serverinfo
+from findings.derive import sequential
 from findings.bench import host, launch, vocab
 from findings.bench.client import PointPlan, planned_requests, run_point
 from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
@@ -31,11 +34,11 @@ from findings.bench.progress import Progress
 from findings.bench.records import PointOutcome
 from findings.bench.transport import Control, make_transport
 from findings.bench.workload import Workload, make_prompts, trace_prompts
-from findings.errors import FindingsError
+from findings.core.errors import FindingsError
 from findings.load.spec import next_search_rate
-from findings.model import Campaign, Input, Point, Run, Scalar
-from findings.schema import SCHEMA_VERSION, point_id
-from findings.settings import Settings
+from findings.core.model import Campaign, Input, Point, Run, Scalar
+from findings.store.schema import SCHEMA_VERSION, point_id
+from findings.document.settings import Settings
 
 IMPORTER = "findings-bench"
 IMPORTER_VERSION = "1"
@@ -68,7 +71,7 @@ class BenchOptions:
 @dataclass(frozen=True)
 class UntilDecided:
     """``--until-decided``: repeat each point until its comparison with the
-    baseline is decided (findings/sequential.py), within these limits."""
+    baseline is decided (findings/derive/sequential.py), within these limits."""
 
     baseline: str
     noise_floor: float
@@ -570,7 +573,7 @@ async def _sweep_until_decided(targets: dict[str, _Target], campaign: Campaign, 
                                environment: dict[str, Scalar], bands: Callable[[Workload, int, bool], float]) -> None:
     """Every candidate against the baseline, at each workload and C: repeat
     in alternating order (baseline first in odd rounds, last in even ones)
-    until findings.sequential decides, or the repeats or minutes run out."""
+    until findings.derive.sequential decides, or the repeats or minutes run out."""
     until = opts.until_decided
     assert until is not None
     base = until.baseline
@@ -766,8 +769,8 @@ def _until_decided_campaign(matrix: Matrix, spec: CampaignSpec, campaign: Campai
 def _bands(opts: BenchOptions) -> Callable[[Workload, int, bool], float]:
     """The band the document would use at (workload, C): the noise floor or the
     baseline's drift across the store's campaigns (its steps left out)."""
-    from findings import regressions
-    from findings.analysis import Rules, analysis_workload, cells
+    from findings.derive import regressions
+    from findings.derive.analysis import Rules, analysis_workload, cells
 
     until = opts.until_decided
     assert until is not None
@@ -792,7 +795,7 @@ def bench_file(path: str, opts: BenchOptions) -> BenchReport:
 
 def bench_attach(url: str, config: str, campaign: str, workload: Workload, sweep: Sweep,
                  opts: BenchOptions) -> BenchReport:
-    from findings.schema import valid_name
+    from findings.store.schema import valid_name
     for label, value in (("--config", config), ("--campaign", campaign), ("--workload", workload.name)):
         if not valid_name(value):
             raise FindingsError(f"{label}: invalid name {value!r}")
@@ -816,7 +819,7 @@ def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_d
             max_minutes: float | None = None, append: bool = False,
             allow_workload_change: bool = False) -> BenchOptions:
     """Runner options from the settings and the command line."""
-    from findings.schema import valid_date
+    from findings.store.schema import valid_date
     day = date or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
     if not valid_date(day):
         raise FindingsError(f"--date: expected YYYY-MM-DD, got {day!r}")

@@ -1,4 +1,4 @@
-"""HTTP transports. The only module that imports aiohttp and httpx (orjson through findings.jsonfast).
+"""HTTP transports. The only module that imports aiohttp and httpx (orjson through findings.core.jsonfast).
 
 - ``AiohttpTransport``: the streaming hot path. One shared ClientSession, a
   connector with no connection limit (limit=0), keep-alive reuse, and orjson
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 import aiohttp
 import httpx
 
-from findings import jsonfast
+from findings.core import jsonfast
 from findings.bench.protocol import Parser, Request
 from findings.bench.records import RequestRecord
 

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from findings.errors import FindingsError
+from findings.core.errors import FindingsError
 
 
 def _size(v: Any) -> int | None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from findings.datasets.formats import parse
 from findings.datasets.model import FORMATS, REGISTRY, Conversation, PromptSet, sample
-from findings import diskio
-from findings.errors import FindingsError
+from findings.core import diskio
+from findings.core.errors import FindingsError
 
 __all__ = ["FORMATS", "REGISTRY", "Conversation", "PromptSet", "load", "named", "sample"]
 

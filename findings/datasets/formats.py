@@ -33,9 +33,9 @@ import gzip
 import hashlib
 from typing import Any, Callable
 
-from findings import jsonfast
+from findings.core import jsonfast
 from findings.datasets.model import Conversation, PromptSet
-from findings.errors import InputError
+from findings.core.errors import InputError
 
 #: Who wrote a ShareGPT turn: the user, or a model's reply.
 _HUMAN = frozenset({"human", "user"})

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from findings.datasets.formats import parse
 from findings.datasets.model import Conversation, PromptSet
-from findings.errors import FindingsError
+from findings.core.errors import FindingsError
 
 HUMANEVAL_CATEGORY = "coding"
 

@@ -8,7 +8,7 @@ import sys
 from findings.emulator.faults import parse_how
 from findings.emulator.model import PROFILES
 from findings.emulator.server import EmulatorOptions, Faults, serve
-from findings.errors import FindingsError
+from findings.core.errors import FindingsError
 
 
 def parse_args(argv: list[str] | None = None) -> EmulatorOptions:

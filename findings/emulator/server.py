@@ -27,13 +27,13 @@ from typing import Any, AsyncIterator, Callable, Iterable
 
 from aiohttp import web
 
-from findings import jsonfast
-from findings.diskio import cause
+from findings.core import jsonfast
+from findings.core.diskio import cause
 from findings.emulator.engine import VOCAB, Seq, count_prompt_tokens, token_id
 from findings.emulator.faults import Fate, Faults
 from findings.emulator.protocol import BadRequest, SeqSpec, parse_generate, parse_openai
 from findings.emulator.state import Emulator, EmulatorOptions, Group
-from findings.errors import FindingsError
+from findings.core.errors import FindingsError
 
 __all__ = ["EmulatorOptions", "Faults", "build_app", "serve"]
 

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from findings.diskio import cause
+from findings.core.diskio import cause
 from findings.emulator import faults
 from findings.emulator.engine import PAGE_SIZE, Engine, Seq, Step, StepResult, count_prompt_tokens, seed_for
 from findings.emulator.faults import Fate, Faults
 from findings.emulator.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
 from findings.emulator.model import PROFILES, Profile, accept_p, mean_accept_length
 from findings.emulator.protocol import SeqSpec
-from findings.errors import FindingsError
+from findings.core.errors import FindingsError
 
 VERSION = "0.5.23-emulated"
 #: How far (wall seconds) the scheduler may fall behind its deadline and still catch up.

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from findings import __version__
-from findings.errors import InputError
-from findings.model import Campaign, Input, Point, Run, Scalar
-from findings.schema import SCHEMA_VERSION
+from findings.core.version import __version__
+from findings.core.errors import InputError
+from findings.core.model import Campaign, Input, Point, Run, Scalar
+from findings.store.schema import SCHEMA_VERSION
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ import io
 import json
 from typing import Any
 
-from findings.errors import InputError
+from findings.core.errors import InputError
 from findings.importers import table
 from findings.importers.aiperf import LATENCIES, SCALARS, is_csv_export, is_records, metric_objects
 from findings.importers.common import Source

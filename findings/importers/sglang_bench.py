@@ -29,12 +29,12 @@ import json
 import math
 from typing import Any, Mapping
 
-from findings import serverinfo
-from findings.errors import InputError
+from findings.core import serverinfo
+from findings.core.errors import InputError
 from findings.importers.common import Source, line_hash, make_run, run_id
-from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
-from findings.schema import finite, point_id
-from findings.validity import only_counts
+from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar
+from findings.store.schema import finite, point_id
+from findings.derive.validity import only_counts
 
 NAME = "sglang-bench"
 VERSION = "1"

@@ -35,18 +35,18 @@ import math
 from dataclasses import replace
 from typing import Mapping
 
-from findings.errors import InputError
+from findings.core.errors import InputError
 from findings.importers.common import Source, line_hash, make_run, run_id
-from findings.model import THROUGHPUT, Campaign, Input, Point, Run, Scalar
-from findings.schema import point_id, valid_date, valid_name
-from findings.validity import only_counts
+from findings.core.model import THROUGHPUT, Campaign, Input, Point, Run, Scalar
+from findings.store.schema import point_id, valid_date, valid_name
+from findings.derive.validity import only_counts
 
 NAME = "table"
 VERSION = "1"
 REQUIRED = ("campaign", "workload", "config", "concurrency", THROUGHPUT)
 #: Request counts: whole numbers >= 0 (validity gates, docs/decisions.md D27).
 COUNTS = ("completed", "failed", "planned")
-#: Workload parameters (the prompt conditions; findings/caveats.py).
+#: Workload parameters (the prompt conditions; findings/derive/caveats.py).
 PARAMS = ("dataset", "ignore_eos")
 KNOWN = REQUIRED + ("order", "date", "note", "repeat") + PARAMS
 #: The throughput cell of a row that measures something other than a

@@ -40,11 +40,11 @@ import json
 import math
 from typing import Any, Mapping
 
-from findings.errors import InputError
+from findings.core.errors import InputError
 from findings.importers.common import Source, line_hash, make_run, run_id
-from findings.model import THROUGHPUT, Campaign, Point, Run, Scalar
-from findings.schema import point_id
-from findings.validity import only_counts
+from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar
+from findings.store.schema import point_id
+from findings.derive.validity import only_counts
 
 NAME = "vllm-bench"
 VERSION = "1"

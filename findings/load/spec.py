@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from findings import diskio
-from findings.errors import InputError
+from findings.core import diskio
+from findings.core.errors import InputError
 from findings.load import arrivals, trace
 
 #: Requests in flight when no ``max_concurrency`` is given: the client's own
@@ -244,3 +244,11 @@ def parse(path: str, where: str, t: Mapping[str, Any], base: Path | None = None)
     sha = hashlib.sha256(data).hexdigest()
     scale = _number(path, f"{where}.time_scale", t.get("time_scale", 1.0), low=0)
     return LoadSpec(mode="trace", trace=tr, trace_sha256=sha, time_scale=scale, **common)
+
+
+#: A phase's metrics are stored as ``phase.{i}.{name}`` (i from 1).
+PHASE_PREFIX = "phase."
+
+
+def phase_key(i: int, name: str) -> str:
+    return f"{PHASE_PREFIX}{i}.{name}"

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from findings import diskio, jsonfast
-from findings.errors import InputError
+from findings.core import diskio, jsonfast
+from findings.core.errors import InputError
 
 #: Prompt tokens per hash id in the Mooncake traces.
 MOONCAKE_BLOCK = 512

@@ -38,8 +38,10 @@ pytestmark = pytest.mark.skipif(os.environ.get("FINDINGS_DEPLOY") != "1",
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from findings import deploy, store  # noqa: E402
-from findings.analysis import Rules, conclude  # noqa: E402
+from findings.decide import deploy
+from findings import store  # noqa: E402
+from findings.derive.analysis import Rules  # noqa: E402
+from findings.derive.regressions import conclude  # noqa: E402
 
 SUMMARY = ROOT / "build" / "deploy" / "engine-check.md"
 #: Refusals that SGLang's adaptive_unsupported_reason itself decides.
@@ -187,7 +189,7 @@ def test_real_sglang_starts_and_serves_an_emitted_adaptive_file(tmp_path: Path) 
     draft = subprocess.run([py, str(ROOT / "tools" / "make_sglang_models.py"), "eagle3", "--hidden",
                             SMALL["SGLANG_TINY_HIDDEN"], "--heads", SMALL["SGLANG_TINY_HEADS"], "--agree", "0.9"],
                            capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-    from findings.model import THROUGHPUT, Campaign, Dataset, Point
+    from findings.core.model import THROUGHPUT, Campaign, Dataset, Point
 
     facts = {"speculative_algorithm": "EAGLE3", "speculative_eagle_topk": 1, "speculative_num_steps": 3,
              "speculative_num_draft_tokens": 4, "speculative_draft_model_path": draft, "sglang_version": "0.5.23",

@@ -15,7 +15,7 @@ only with ``FINDINGS_INJECT=ERRNO:PREFIX[:AFTER]``:
 * ``EROFS`` / ``EACCES``: opening a file under PREFIX for writing, creating a
   folder there, linking, renaming or removing there all fail at once.
 
-findings.diskio writes with exactly these calls (os.open, os.write, os.link,
+findings.core.diskio writes with exactly these calls (os.open, os.write, os.link,
 os.replace, os.mkdir), which is what makes the injection reach them.
 """
 

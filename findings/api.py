@@ -1,0 +1,360 @@
+"""The findings document and the conclusions: store in, text out."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from findings.derive import caveats, regressions
+from findings.core import diskio, fmt
+from findings.document import pivot, render, cache as rendercache, report
+from findings import store
+from findings.decide import deploy as deploy_lib
+from findings.derive.analysis import SIMULATED_SUFFIX, Comparison, cells
+from findings.derive.regressions import conclude
+from findings.derive.jsonform import to_json
+from findings.derive import categories
+from findings.core.errors import FindingsError
+from findings.derive.history import replay
+from findings.derive import openloop as load_verdicts
+from findings.document.prose import latency, policy, throughput
+from findings.core.model import THROUGHPUT, Dataset
+from findings.document.settings import Settings
+from findings.derive.validity import failures_unknown, flagged
+
+
+def _top(settings: Settings) -> Path:
+    """The repository the settings live in (the nearest folder with .git at
+    or above them), else the settings' folder: where rendered commands run."""
+    for folder in (settings.root, *settings.root.parents):
+        if (folder / ".git").exists():
+            return folder
+    return settings.root
+
+
+def _rel(path: Path, top: Path) -> str:
+    try:
+        return str(Path(os.path.relpath(path.resolve(), top)))
+    except ValueError:
+        return str(path)
+
+
+def _label(settings: Settings) -> str:
+    """The store, as a path from the repository root."""
+    return _rel(settings.store, _top(settings))
+
+
+def _cli(settings: Settings) -> str:
+    """``findings`` with the options that make a command in the document
+    valid when pasted at the repository root: --settings unless it is the
+    root's own findings.toml, and --store."""
+    import shlex
+    top = _top(settings)
+    parts = ["findings"]
+    if settings.file is not None and settings.file != (top / "findings.toml").resolve():
+        parts += ["--settings", shlex.quote(_rel(settings.file, top))]
+    return " ".join(parts + ["--store", shlex.quote(_label(settings))])
+
+
+def _plots_dir(settings: Settings, document: Path) -> Path:
+    return document.parent / f"{document.stem}-plots"
+
+
+def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
+    """The document text, and the plots it links to (file name -> chart data):
+    from the render cache (findings/document/cache.py) when nothing it depends
+    on changed."""
+    from findings.store import amend
+    found = rendercache.scan(settings.store)
+    acts = [a.line() for a in amend.amendments(settings.store)]  # the methodology lists them
+    slot = f"{document}|{settings.template}"
+    key = rendercache.document_key(found, settings.templates, settings, str(document), acts)
+    hit = rendercache.get_document(found, slot, key)
+    if hit is not None:
+        return hit  # type: ignore[no-any-return]
+    built = _derive(settings, document, rendercache.load(settings.store, found), acts)
+    rendercache.put_document(found, slot, key, built)
+    return built
+
+
+def _derive(settings: Settings, document: Path, data: Dataset, acts: list[str]) -> tuple[str, dict[str, Any]]:
+    if not data.points:
+        raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
+    doc = report.build(data, settings.rules, settings.title, _label(settings), settings.slo,
+                       settings.detail_campaigns, acts, _cli(settings))
+    plots: dict[str, Any] = {}
+    if settings.plots:
+        from findings.document.plots import file_name
+        folder = _plots_dir(settings, document).name
+        for c in doc["campaigns"]:
+            for w in c["workloads"]:
+                if w["chart"]:
+                    name = file_name(c["name"], w["name"])
+                    w["chart"]["svg"] = f"{folder}/{name}"
+                    plots[name] = w["chart"]
+    functions = {**pivot.template_functions(data), **report.template_functions(data, settings.rules)}
+    return render.render(settings.templates, settings.template, doc, functions), plots
+
+
+def render_text(settings: Settings) -> str:
+    return _build(settings, settings.document)[0]
+
+
+def _write_plots(settings: Settings, document: Path, plots: dict[str, Any]) -> None:
+    from findings.document.plots import throughput_svg
+    folder = _plots_dir(settings, document)
+    done = 0
+    for name, chart in sorted(plots.items()):
+        try:
+            throughput_svg(folder / name, chart["title"], chart["xs"], chart["all_series"])
+        except diskio.DiskError as exc:
+            raise exc.with_outcome(f"{done} of {len(plots)} plots written to {folder}; "
+                                   f"the document {document} was not changed") from None
+        done += 1
+
+
+@dataclass(frozen=True)
+class Rendered:
+    path: Path
+    changed: bool
+    diff: str = ""
+    #: ``--output -``: the document itself, for standard output (nothing written).
+    text: str | None = None
+
+
+def render_document(settings: Settings, output: str | None = None, check: bool = False) -> Rendered:
+    """Write the document, or with ``check`` compare it with the file on disk."""
+    if output == "-":
+        return Rendered(Path("-"), changed=True, text=render_text(settings))
+    path = Path(output) if output else settings.document
+    text, plots = _build(settings, path)
+    try:
+        old = path.read_text(encoding="utf-8") if path.exists() else None
+    except OSError as exc:
+        raise FindingsError(f"{path}: cannot read: {exc.strerror}") from exc
+    if check:
+        if old == text:
+            return Rendered(path, changed=False)
+        diff = render.short_diff(old or "", text, str(path)) if old is not None else f"{path} does not exist"
+        return Rendered(path, changed=True, diff=diff)
+    if plots:
+        _write_plots(settings, path, plots)
+    if old == text:
+        return Rendered(path, changed=False)
+    try:
+        _write_atomic(path, text)
+    except diskio.DiskError as exc:
+        also = f" ({len(plots)} plots were written to {_plots_dir(settings, path)})" if plots else ""
+        raise exc.with_outcome(f"the document was not changed{also}") from None
+    return Rendered(path, changed=True)
+
+
+def conclusions(settings: Settings) -> dict[str, Any]:
+    data = rendercache.load(settings.store)
+    flags = flagged(data, settings.rules.gates)
+    valid = cells(data, settings.rules, flags)
+    points = {p.id: p for p in data.points}
+    spec = caveats.speculative_configs(data.configs, data.points)
+
+    def why(comp: Comparison) -> tuple[str, ...]:
+        return caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, spec, points)
+
+    done = regressions.conclude_with_steps(data, settings.rules, valid)
+    flags = {**flags, **done.suspect_flags}
+    return to_json(done.conclusions, replay(data, settings.rules, done.cells, done.moves), flags,
+                   caveats=why, failures_unknown=failures_unknown(data), steps=done.steps,
+                   drift=done.drift, suspect=done.suspect,
+                   baseline_moved=done.baseline_moved,
+                   by_category=categories.differences(done.conclusions, categories.families(data.points),
+                                                      SIMULATED_SUFFIX),
+                   open_loop=load_verdicts.conclude(data, settings.rules, flags))
+
+
+def conclusions_json(settings: Settings) -> str:
+    return json.dumps(conclusions(settings), indent=2, ensure_ascii=False)
+
+
+def conclusions_text(settings: Settings) -> str:
+    """The conclusions as short plain text for a terminal."""
+    data = rendercache.load(settings.store)
+    flags = flagged(data, settings.rules.gates)
+    done = regressions.conclude_with_steps(data, settings.rules, cells(data, settings.rules, flags))
+    flags = {**flags, **done.suspect_flags}
+    result = done.conclusions
+    if not data.points:
+        return "no points in the store"
+    if not result.workloads:
+        loops = sum(1 for p in data.points if load_verdicts.open_loop(p) is not None)
+        latencies_only = sum(1 for p in data.points if THROUGHPUT not in p.metrics and p.id not in flags)
+        why = [f"{loops} open-loop points (judged by request rate: findings conclusions --json, findings render)"
+               if loops else "", f"{latencies_only} with latencies only (throughput unknown)" if latencies_only else "",
+               f"{len(flags)} flagged" if flags else ""]
+        return (f"{len(data.points)} points in the store, no closed-loop comparison"
+                + (": " + "; ".join(w for w in why if w) if any(why) else ""))
+    points = {p.id: p for p in data.points}
+    spec = caveats.speculative_configs(data.configs, data.points)
+    unknown = failures_unknown(data)
+    lines = [f"baseline: {settings.rules.baseline}; noise floor {fmt.band(settings.rules.noise_floor)}; "
+             f"{len(flags)} of {len(data.points)} points flagged (left out), "
+             f"{len(unknown)} with failures not recorded (unknown, still used)"]
+    for wc in result.workloads:
+        lines.append("")
+        lines.append(f"workload {wc.workload}")
+        lines.append(f"  latency:    {_plain(latency(wc))}")
+        lines.append(f"  throughput: {_plain(throughput(wc))}")
+        for cand in wc.candidates:
+            why = sorted({r for c in cand.comparisons
+                          for r in caveats.comparison_reasons(c.a.point_ids, c.b.point_ids, cand.config, spec,
+                                                              points)})
+            mark = f" [{caveats.MARK} measured {caveats.describe(why)}: not a deployment fact]" if why else ""
+            lines.append(f"  policy      {_plain(policy(cand))}{mark}")
+            moved = done.baseline_moved.get(wc.workload, {}).get(cand.config)
+            if moved:
+                lines.append(f"  note        {moved.sentence()}")
+        for m in done.suspect:
+            if m.workload == wc.workload:
+                lines.append(f"  suspect     {regressions.suspect_sentence(m)}")
+        for m in done.steps:
+            if m.workload == wc.workload:
+                facts = f"; {regressions.describe_facts(m.facts_changed)}" if m.facts_changed else ""
+                lines.append(f"  {m.kind:<11} {m.config}: {fmt.pct(m.ratio - 1)} at "
+                             f"{regressions.c_range(list(m.concurrency), len(m.ratios))}, "
+                             f"{m.previous_campaign} → {m.campaign}{facts}")
+    return "\n".join(lines)
+
+
+def _plain(markdown: str) -> str:
+    return markdown.replace("**", "").replace("`", "")
+
+
+def deploy(settings: Settings, *, workload: str | None = None, config: str | None = None, engine: str = "all",
+           out: Path | None = None, as_json: bool = False, steps: int | None = None,
+           draft_model: str | None = None, device: str | None = None) -> str:
+    """``findings deploy``: the engine settings of every derived policy; the
+    SGLang adaptive files are written under ``out`` (atomically)."""
+    data = store.load(settings.store)
+    conclusions_ = conclude(data, settings.rules)
+    open_loop = load_verdicts.conclude(data, settings.rules, flagged(data, settings.rules.gates))
+    engines = deploy_lib.ENGINES if engine == "all" else (engine,)
+    shown = str(out) if out is not None else ""
+    plans = deploy_lib.plan(data, conclusions_, workload=workload, config=config, engines=engines, steps=steps,
+                            draft_model=draft_model, adaptive_dir=shown, device=device, open_loop=open_loop)
+    known = {w.workload for w in conclusions_.workloads} | {o.workload for o in open_loop}
+    if workload is not None and workload not in known:
+        raise FindingsError(f"--workload {workload!r}: no such workload (known: {', '.join(sorted(known)) or 'none'})")
+    if config is not None and not plans:
+        raise FindingsError(f"--config {config!r}: not a candidate of {'that workload' if workload else 'any workload'}")
+    if out is not None:
+        files = [(Path(e.file), e.config) for d in plans for e in d.engines
+                 if e.config is not None and e.file is not None and e.engine == "sglang"]
+        for i, (path, config_) in enumerate(files):
+            try:
+                _write_atomic(path, json.dumps(config_, indent=2) + "\n")
+            except diskio.DiskError as exc:
+                done = ", ".join(str(p) for p, _ in files[:i]) or "none"
+                raise exc.with_outcome(f"{i} of {len(files)} adaptive files written ({done}); "
+                                       f"no settings printed") from None
+    if as_json:
+        return json.dumps(deploy_lib.to_json(plans), indent=2, ensure_ascii=False)
+    return deploy_lib.text(plans, written=out is not None)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    diskio.write_replace(path, text)
+
+
+def _recorded_matrix(settings: Settings, data: Dataset, configs: set[str]) -> tuple[Path | None, str]:
+    """The matrix file that measured ``configs`` most recently, as recorded
+    in the store (path and sha256), if it is still there unchanged; else
+    None and why."""
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    best: tuple[int, Any] | None = None
+    for run in data.runs:
+        m = next((i for i in run.extra_inputs if i.role == "matrix"), None)
+        if m is None or not any(p.config in configs for p in run.points):
+            continue
+        r = max((rank.get(c.name, -1) for c in run.campaigns), default=-1)
+        if best is None or r > best[0]:
+            best = (r, m)
+    if best is None:
+        return None, "no run of these configs records the matrix that measured it (an import): pass --from-matrix"
+    m = best[1]
+    for candidate in (Path(m.path), settings.root / m.path, Path.cwd() / m.path):
+        if candidate.is_file():
+            if hashlib.sha256(candidate.read_bytes()).hexdigest() != m.sha256:
+                return None, (f"{m.path} changed since it measured these configs (sha256 differs): "
+                              f"pass --from-matrix to use it anyway, or another")
+            return candidate, ""
+    return None, f"{m.path}, the matrix that measured these configs, is not there: pass --from-matrix"
+
+
+def plan(settings: Settings, *, workload: str | None = None, config: str | None = None, kind: str | None = None,
+         budget_minutes: float | None = None, output: str | None = None, from_matrix: str | None = None,
+         as_json: bool = False) -> str:
+    """``findings plan``: the open questions, the estimate, and the matrix that answers them."""
+    from findings.decide import plan as plan_lib
+    data = store.load(settings.store)
+    flags = flagged(data, settings.rules.gates)
+    done = regressions.conclude_with_steps(data, settings.rules, cells(data, settings.rules, flags))
+    known = {w.workload for w in done.conclusions.workloads}
+    if workload is not None and workload not in known and f"{workload}{SIMULATED_SUFFIX}" not in known:
+        raise FindingsError(f"--workload {workload!r}: no such workload (known: {', '.join(sorted(known)) or 'none'})")
+    qs = [q for q in plan_lib.questions(data, settings.rules, done)
+          if plan_lib.keep(q, workload, config, kind)]
+    source = None
+    why_not = "no open question" if not qs else ""
+    if qs:
+        if from_matrix is not None:
+            path: Path | None = Path(from_matrix)
+        else:
+            path, why_not = _recorded_matrix(settings, data, {c for q in qs for c in q.configs})
+        if path is not None:
+            from findings.bench.matrix import parse
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise FindingsError(f"{path}: cannot read: {diskio.cause(exc)}") from None
+            source = parse(str(path), text)
+    qs = plan_lib.estimate(qs, data, source.workloads if source else {})
+    result = plan_lib.within_budget(qs, budget_minutes)
+    matrix = None
+    if source is not None and result.questions:
+        header = (f"findings plan: {len(result.questions)} open question(s) of the store {_label(settings)}, "
+                  f"most decisive first,\nwith the configs and workloads of {source.path}.\n"
+                  f"Run: {_cli(settings)} bench THIS-FILE"
+                  f"{' --until-decided' if any(q.kind == 'undecided' for q in result.questions) else ''}")
+        try:
+            matrix = plan_lib.matrix_toml(result, source, header)
+        except KeyError as exc:
+            why_not = f"{source.path} has no {exc.args[0]}: pass --from-matrix with a matrix that has them"
+    if output is not None:
+        if matrix is None:
+            raise FindingsError(f"--output {output}: no matrix to write: {why_not or 'nothing to measure'}")
+        diskio.write_replace(Path(output), matrix)
+    if as_json:
+        return json.dumps(plan_lib.to_json(result, matrix, why_not or None), indent=2, ensure_ascii=False)
+    return _plan_text(result, matrix, output, why_not, plan_lib)
+
+
+def _plan_text(result: Any, matrix: str | None, output: str | None, why_not: str, plan_lib: Any) -> str:
+    if not result.questions:
+        return "no open question: nothing to measure" + (
+            f" within the budget ({len(result.left_out)} left out)" if result.left_out else "")
+    reqs = "unknown" if result.requests is None else str(result.requests)
+    mins = "unknown (the store records no durations)" if result.minutes is None else f"{result.minutes:g}"
+    lines = [f"{len(result.questions)} open question(s), most decisive first; estimate: {reqs} requests, "
+             f"{mins} minutes of measurement (server start-up not included)"]
+    lines += [f"- {plan_lib.line(q)}" for q in result.questions]
+    lines += [f"left out for the budget: {plan_lib.line(q)}" for q in result.left_out]
+    lines += [f"note: {n}" for n in result.notes]
+    if output is not None:
+        lines.append(f"matrix written to {output}")
+    elif matrix is None:
+        lines.append(f"no matrix: {why_not}")
+    else:
+        lines.append("matrix: pass --output FILE to write it")
+    return "\n".join(lines)

@@ -1,0 +1,624 @@
+"""Pure analysis: points -> cells -> verdicts -> policies -> conclusions.
+
+No I/O. The rules are those of docs/architecture.md and are restated in the
+document's methodology section (templates/partials/methodology.md.j2):
+
+- A *cell* is the mean of the repeats of one (campaign, config, workload, C).
+- A *verdict* compares a candidate's cell with the baseline's at one C, taken
+  from the latest campaign that measured both (paired). If none did, the
+  latest cell of each is used (unpaired) and the band is widened.
+- The *noise band* is the largest of: the floor; the relative spread
+  (max-min)/mean of the repeats in either cell; the baseline's drift at that
+  C, (max-min)/mean of its campaign means across campaigns. An unpaired
+  comparison adds max(floor, drift) once more. A candidate's own change
+  between campaigns is never noise.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass, field
+from typing import Collection, Iterable, Mapping
+
+from findings.derive import crossover as crossover_mod
+from findings.core.model import THROUGHPUT, Dataset, Point
+from findings.derive.stats import ratio_bounds, ratio_ci, window_series
+from findings.derive.validity import Gates, flagged
+
+WIN, TIE, LOSS = "win", "tie", "loss"
+#: A comparison whose band is the baseline's drift beyond ``Rules.drift_cap``:
+#: a tie there would only say the baseline wanders too far to judge (D89).
+NOT_COMPARABLE = "not comparable"
+POLICIES = ("always-on", "off", "no-difference", "on-below", "on-above", "inconclusive")
+SIMULATED_SUFFIX = " (simulated)"
+
+
+@dataclass(frozen=True)
+class Rules:
+    baseline: str = "baseline"
+    noise_floor: float = 0.04
+    #: Confidence level of the bootstrap intervals, and how many resamples.
+    confidence: float = 0.95
+    resamples: int = 2000
+    #: Which intervals to use: "auto" (repeats, else time blocks of one run),
+    #: "repeats" (only over repeats) or "band" (none: the noise band alone).
+    interval: str = "auto"
+    gates: Gates = field(default_factory=Gates)
+    #: The baseline's drift is measured over its latest this many campaigns
+    #: at each C (0: all of them). Years of nightly campaigns would otherwise
+    #: widen every band until nothing can win (docs/decisions.md D52).
+    drift_window: int = 10
+    #: The widest drift band a verdict is given under: beyond it (the
+    #: baseline's campaign means at a C spread more than this), a comparison
+    #: is "not comparable" rather than a tie (D89). The llama.cpp tier's
+    #: widest real drift is 37%.
+    drift_cap: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    workload: str
+    campaign: str
+    rank: int  # the campaign's place in replay order
+    config: str
+    concurrency: int
+    mean: float
+    lo: float
+    hi: float
+    n: int
+    point_ids: tuple[str, ...]
+    values: tuple[float, ...] = ()  # the repeats' throughputs
+    series: tuple[float, ...] = ()  # one run's windowed throughput (stats.window_series), n == 1 only
+
+    @property
+    def spread(self) -> float:
+        if self.n < 2 or self.mean <= 0:
+            return 0.0
+        return (self.hi - self.lo) / self.mean
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """``a`` measured against the reference ``b``."""
+
+    a: Cell
+    b: Cell
+    ratio: float
+    band: float
+    paired: bool
+    drift: float
+    #: Bootstrap interval of the ratio, when repeats or per-request records allow one;
+    #: None as well in a comparison made for its verdict only (the history, the
+    #: cross-checks, a best's lead) where no interval could change the verdict:
+    #: the ratio inside the band, or every resampled ratio on one side of 1.
+    ci: tuple[float, float] | None = None
+    method: str = "band"  # "band" | "bootstrap-repeats" | "bootstrap-blocks"
+    #: The drift is beyond Rules.drift_cap: no verdict.
+    capped: bool = False
+
+    @property
+    def delta(self) -> float:
+        return self.ratio - 1.0
+
+    @property
+    def verdict(self) -> str:
+        """Beyond the band, and (with an interval) the interval excludes 1;
+        no verdict at all under a drift band beyond the cap."""
+        if self.capped:
+            return NOT_COMPARABLE
+        if self.delta > self.band and (self.ci is None or self.ci[0] > 1.0):
+            return WIN
+        if self.delta < -self.band and (self.ci is None or self.ci[1] < 1.0):
+            return LOSS
+        return TIE
+
+    @property
+    def concurrency(self) -> int:
+        return self.a.concurrency
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """The ratio's lower and upper bound as the verdict judges it: a win
+        is "lower bound above 1", a loss "upper bound below 1"."""
+        lo, hi = self.ratio - self.band, self.ratio + self.band
+        if self.ci is not None:
+            lo, hi = min(lo, self.ci[0]), max(hi, self.ci[1])
+        return lo, hi
+
+
+@dataclass(frozen=True)
+class Candidate:
+    config: str
+    policy: str
+    threshold: int | None
+    comparisons: tuple[Comparison, ...]  # sorted by C
+    #: The same candidate cells against the baseline of *other* campaigns at
+    #: that C (unpaired): how much of a verdict depends on which baseline run.
+    cross: tuple[Comparison, ...] = ()
+    #: Where the ratio crosses the baseline, for a threshold policy
+    #: (findings/derive/crossover.py).
+    crossover: crossover_mod.Crossover | None = None
+    #: Cs the candidate measured where the baseline never was, and the other way round.
+    candidate_only: tuple[int, ...] = ()
+    baseline_only: tuple[int, ...] = ()
+
+    @property
+    def noise_measured(self) -> bool:
+        """Whether any band rests on measured noise (repeats, an interval, the
+        baseline's drift) rather than on the floor alone."""
+        return any(c.ci is not None or c.a.n > 1 or c.b.n > 1 or c.drift > 0 for c in self.comparisons)
+
+    @property
+    def judged(self) -> tuple[Comparison, ...]:
+        """The comparisons with a verdict (not ``not comparable``)."""
+        return tuple(c for c in self.comparisons if c.verdict != NOT_COMPARABLE)
+
+    @property
+    def verdicts(self) -> dict[int, str]:
+        return {c.concurrency: c.verdict for c in self.comparisons}
+
+
+@dataclass(frozen=True)
+class Best:
+    """The best config of one regime, and its lead over the runner-up."""
+
+    regime: str  # "latency" | "throughput"
+    config: str
+    cell: Cell
+    lead: Comparison | None  # best against runner-up; None if alone
+    #: When the baseline is one of the two: the candidate of the pair against
+    #: the baseline, the same cells in the verdicts' direction. Prose quotes
+    #: it, and it decides ``decisive``, so a best line never reads -7.6%
+    #: where the policy reads +8.2%, nor leads where the verdict ties.
+    versus: Comparison | None = None
+
+    @property
+    def decisive(self) -> bool:
+        if self.versus is not None:
+            return self.versus.verdict == (WIN if self.versus.a.config == self.config else LOSS)
+        return self.lead is not None and self.lead.verdict == WIN
+
+    @property
+    def concurrency(self) -> int:
+        return self.cell.concurrency
+
+
+@dataclass(frozen=True)
+class WorkloadConclusion:
+    workload: str
+    simulated: bool
+    concurrencies: tuple[int, ...]
+    configs: tuple[str, ...]
+    baseline_measured: bool
+    latency: Best | None
+    throughput: Best | None
+    candidates: tuple[Candidate, ...]
+
+    def candidate(self, config: str) -> Candidate | None:
+        for c in self.candidates:
+            if c.config == config:
+                return c
+        return None
+
+
+@dataclass(frozen=True)
+class Conclusions:
+    rules: Rules
+    workloads: tuple[WorkloadConclusion, ...]
+
+    def workload(self, name: str) -> WorkloadConclusion | None:
+        for w in self.workloads:
+            if w.workload == name:
+                return w
+        return None
+
+
+# ---------------------------------------------------------------- cells
+
+def analysis_workload(workload: str, simulated: bool) -> str:
+    """Simulated results are a workload of their own: never pooled with real ones."""
+    return workload + SIMULATED_SUFFIX if simulated else workload
+
+
+def cells(data: Dataset, rules: Rules | None = None,
+          flags: Mapping[str, tuple[str, ...]] | None = None) -> list[Cell]:
+    """Cells of the valid points (all points when no rules are given).
+
+    Sorted by (workload, campaign, rank, config, concurrency); a cell's
+    points are in point-id order. ``flags``: ``flagged(data, rules.gates)``,
+    if the caller has it."""
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    skip = (flagged(data, rules.gates) if flags is None else flags) if rules is not None else {}
+    groups: dict[tuple[str, str, int, str, int], list[Point]] = {}
+    suffix = {False: "", True: SIMULATED_SUFFIX}
+    for p in data.points:
+        # Open-loop points (workload_params "load") are judged on a rate axis
+        # (findings/derive/openloop.py): under an open loop throughput is the offered load.
+        if p.id in skip or THROUGHPUT not in p.metrics or "load" in p.workload_params:
+            continue
+        key = (p.workload + suffix[p.source == "simulated"], p.campaign, rank[p.campaign], p.config, p.concurrency)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [p]
+        else:
+            group.append(p)
+    out = []
+    for key in sorted(groups):
+        pts = groups[key]
+        workload, campaign, r, config, conc = key
+        if len(pts) == 1:
+            p = pts[0]
+            value = p.metrics[THROUGHPUT]
+            out.append(Cell(workload=workload, campaign=campaign, rank=r, config=config, concurrency=conc,
+                            mean=value, lo=value, hi=value, n=1, point_ids=(p.id,), values=(value,),
+                            series=point_series(p)))
+            continue
+        pts.sort(key=lambda p: p.id)
+        values = tuple(p.metrics[THROUGHPUT] for p in pts)
+        out.append(Cell(workload=workload, campaign=campaign, rank=r, config=config, concurrency=conc,
+                        mean=_mean(values), lo=min(values), hi=max(values), n=len(values),
+                        point_ids=tuple(p.id for p in pts), values=values))
+    return out
+
+
+def point_series(p: Point) -> tuple[float, ...]:
+    """A point's throughput per time window (stats.window_series): the cached
+    value when the point carries one, else computed from its records."""
+    if p.series is not None:
+        return p.series
+    return window_series(p.requests, concurrency=p.concurrency) if p.requests else ()
+
+
+def _mean(values: tuple[float, ...]) -> float:
+    """The correctly rounded sum over n: the same bits in any order, on any
+    platform (for one or two values, exactly what pandas gave)."""
+    return math.fsum(values) / len(values)
+
+
+class Table:
+    """Cells of one workload, indexed for the comparisons.
+
+    Cells can be added campaign by campaign (``add``), which is how the
+    history replays a store without re-deriving everything before each
+    campaign: every lookup below costs the same however many campaigns the
+    table holds.
+    """
+
+    def __init__(self, cells: Iterable[Cell], rules: Rules, verdicts_only: bool = False,
+                 breaks: Mapping[int, Collection[int]] | None = None) -> None:
+        self.rules = rules
+        #: C -> the ranks at which the baseline stepped (findings/derive/regressions.py):
+        #: its drift is measured within the stretches between them.
+        self.breaks: Mapping[int, Collection[int]] = breaks or {}
+        #: Comparisons for their verdicts only (see compare_cells): the history's.
+        self.verdicts_only = verdicts_only
+        self.by_key: dict[tuple[str, int], dict[str, Cell]] = {}
+        self.configs: tuple[str, ...] = ()
+        self.concurrencies: tuple[int, ...] = ()
+        self.drift: dict[int, float] = {}
+        self._latest: dict[tuple[str, int], Cell] = {}
+        #: (C, campaign) -> config -> cell: who was measured together.
+        self._together: dict[tuple[int, str], dict[str, Cell]] = {}
+        #: (config a, config b, C) -> the latest campaign that measured both.
+        self._common: dict[tuple[str, str, int], Cell] = {}
+        #: C -> the baseline's (rank, campaign mean) in replay order (the
+        #: latest ``rules.drift_window`` of them, or all).
+        self._base: dict[int, collections.deque[tuple[int, float]]] = {}
+        self.add(cells)
+
+    def add(self, cells: Iterable[Cell]) -> None:
+        """Add cells, each (config, C, campaign) once: a campaign's cells
+        after those of the campaigns before it, as the history does (the
+        baseline's drift is summed in the order cells arrive)."""
+        for cell in sorted(cells, key=lambda c: c.rank):
+            key = (cell.config, cell.concurrency)
+            mine = self.by_key.setdefault(key, {})
+            mine[cell.campaign] = cell
+            latest = self._latest.get(key)
+            if latest is None or cell.rank > latest.rank:
+                self._latest[key] = cell
+            elif cell.rank < latest.rank:  # keep each key's cells in rank order (``before``)
+                self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
+            together = self._together.setdefault((cell.concurrency, cell.campaign), {})
+            for other in together.values():
+                for pair in ((cell.config, other.config), (other.config, cell.config)):
+                    common = self._common.get(pair + (cell.concurrency,))
+                    if common is None or cell.rank > common.rank:
+                        self._common[pair + (cell.concurrency,)] = cell
+            together[cell.config] = cell
+            if cell.config == self.rules.baseline:
+                means = self._base.get(cell.concurrency)
+                if means is None:
+                    means = self._base[cell.concurrency] = collections.deque(
+                        maxlen=self.rules.drift_window or None)
+                means.append((cell.rank, cell.mean))
+        self.configs = tuple(sorted({k[0] for k in self.by_key}, key=self.config_order))
+        self.concurrencies = tuple(sorted({k[1] for k in self.by_key}))
+        self.drift = {c: self._drift(c) for c in self.concurrencies}
+
+    def config_order(self, name: str) -> tuple[int, str]:
+        return (0 if name == self.rules.baseline else 1, name)
+
+    def set_breaks(self, breaks: Mapping[int, Collection[int]]) -> None:
+        """New baseline steps (the history learns them campaign by campaign)."""
+        if breaks != self.breaks:
+            self.breaks = breaks
+            self.drift = {c: self._drift(c) for c in self.concurrencies}
+
+    def _drift(self, conc: int) -> float:
+        """(max - min) / mean of the baseline's campaign means at C, over the
+        window (summed in replay order); with steps, the largest such spread
+        within one stretch between steps (a step is a change, not noise)."""
+        means = self._base.get(conc)
+        if means is None or len(means) < 2:
+            return 0.0
+        cuts = self.breaks.get(conc, ())
+        if not cuts:
+            return _spread([m for _, m in means])
+        stretches: list[list[float]] = [[]]
+        for rank, m in means:
+            if rank in cuts and stretches[-1]:
+                stretches.append([])
+            stretches[-1].append(m)
+        return max(_spread(s) for s in stretches)
+
+    def cells_of(self, config: str, conc: int) -> dict[str, Cell]:
+        """campaign -> cell, in rank order."""
+        return self.by_key.get((config, conc), {})
+
+    def before(self, config: str, conc: int, rank: int) -> Cell | None:
+        """The config's cell at ``conc`` in the latest campaign before ``rank``
+        (a walk back from the latest: one step in a replay)."""
+        for cell in reversed(self.by_key.get((config, conc), {}).values()):
+            if cell.rank < rank:
+                return cell
+        return None
+
+    def latest(self, config: str, conc: int) -> Cell | None:
+        return self._latest.get((config, conc))
+
+    def compare_cells(self, a: Cell, b: Cell, verdict_only: bool | None = None) -> Comparison | None:
+        """``verdict_only`` (default: the table's): skip the bootstrap where its
+        interval cannot change the verdict (see _verdict_settled); the
+        comparison then has no ``ci``."""
+        if b.mean <= 0:
+            return None
+        floor = self.rules.noise_floor
+        drift = max(self.drift.get(a.concurrency, 0.0), self.drift.get(b.concurrency, 0.0))
+        band = max(floor, a.spread, b.spread, drift)
+        paired = a.campaign == b.campaign
+        ci, method = None, "band"
+        samples: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+        mode = self.rules.interval
+        if mode != "band" and a.n >= 2 and b.n >= 2:
+            samples, method = (a.values, b.values), "bootstrap-repeats"
+            band = max(floor, drift)  # the interval, not the range, carries the repeat noise
+        elif mode == "auto" and a.series and b.series:
+            samples, method = (a.series, b.series), "bootstrap-blocks"
+        if not paired:
+            band += max(floor, drift)
+        ratio = a.mean / b.mean
+        delta = ratio - 1.0
+        lazy = self.verdicts_only if verdict_only is None else verdict_only
+        if samples is not None and not (lazy and _verdict_settled(samples, delta, band)):
+            ci = self._ci(samples[0], samples[1], a, b)
+        return Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci, method=method,
+                          capped=drift > self.rules.drift_cap)
+
+    def _ci(self, a: tuple[float, ...], b: tuple[float, ...], ca: Cell, cb: Cell) -> tuple[float, float] | None:
+        lo, hi = ratio_ci(a, b, self.rules.confidence, self.rules.resamples,
+                          "|".join(ca.point_ids + cb.point_ids))
+        return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) else None
+
+    def compare(self, a: str, b: str, conc: int, verdict_only: bool | None = None) -> Comparison | None:
+        """``a`` against ``b`` at one C: paired in their latest common campaign if any."""
+        ca, cb = self.cells_of(a, conc), self.cells_of(b, conc)
+        if not ca or not cb:
+            return None
+        common = self.latest(a, conc) if a == b else self._common.get((a, b, conc))
+        if common is not None:
+            return self.compare_cells(ca[common.campaign], cb[common.campaign], verdict_only)
+        la, lb = self.latest(a, conc), self.latest(b, conc)
+        assert la is not None and lb is not None
+        return self.compare_cells(la, lb, verdict_only)
+
+    def peak(self, config: str) -> Cell | None:
+        """The config's highest current throughput: the latest cell at each C."""
+        current = [self.latest(config, c) for c in self.concurrencies]
+        found = [c for c in current if c is not None]
+        return max(found, key=lambda c: (c.mean, -c.concurrency)) if found else None
+
+
+def _spread(means: list[float]) -> float:
+    if len(means) < 2:
+        return 0.0
+    total = 0.0
+    for m in means:
+        total += m
+    avg = total / len(means)
+    return (max(means) - min(means)) / avg if avg > 0 else 0.0
+
+
+def _verdict_settled(samples: tuple[tuple[float, ...], tuple[float, ...]], delta: float, band: float) -> bool:
+    """Whether the verdict is known without the bootstrap: inside the band it
+    is a tie whatever the interval; beyond it, a win (loss) needs the
+    interval above (below) 1, which it is for certain when every resampled
+    ratio is (stats.ratio_bounds)."""
+    if -band <= delta <= band:
+        return True
+    bounds = ratio_bounds(*samples)
+    return bounds is not None and (bounds[0] > 1.0 if delta > band else bounds[1] < 1.0)
+
+
+# ---------------------------------------------------------------- policy
+
+def policy(verdicts: list[tuple[int, str]], ratios: list[float] | None = None) -> tuple[str, int | None]:
+    """The policy vocabulary of docs/architecture.md, from verdicts sorted by C
+    (a C whose comparison is not comparable counts as not compared).
+
+    The threshold rule (D90): a switch is never placed at a C that measured
+    against it. ``on-below`` T: the last C before the first loss whose
+    ratio is at least 1 (a win, or a tie that measured for speculation);
+    ``on-above`` T: the first C after the last loss whose ratio is at least 1.
+    Without ``ratios`` (the open loop's rate verdicts), the C next to the
+    losses."""
+    keep = [i for i, (_, v) in enumerate(verdicts) if v != NOT_COMPARABLE]
+    rs = [ratios[i] for i in keep] if ratios is not None else None
+    verdicts = [verdicts[i] for i in keep]
+    seq = [v for _, v in verdicts]
+    concs = [c for c, _ in verdicts]
+    wins = [i for i, v in enumerate(seq) if v == WIN]
+    losses = [i for i, v in enumerate(seq) if v == LOSS]
+    if not seq:
+        return "inconclusive", None
+    if not wins and not losses:
+        return "no-difference", None
+    if wins and not losses:
+        return "always-on", None
+    if losses and not wins:
+        return "off", None
+    if max(wins) < min(losses):
+        t = min(losses) - 1
+        while rs is not None and rs[t] < 1 and seq[t] != WIN:
+            t -= 1  # a tie below the baseline measured against speculation there
+        return "on-below", concs[t]
+    if max(losses) < min(wins):
+        t = max(losses) + 1
+        while rs is not None and rs[t] < 1 and seq[t] != WIN:
+            t += 1
+        return "on-above", concs[t]
+    return "inconclusive", None
+
+
+# ---------------------------------------------------------------- conclusions
+
+def _best(table: Table, regime: str, scored: list[tuple[float, str, Cell]]) -> Best | None:
+    if not scored:
+        return None
+    scored.sort(key=lambda s: (-s[0], table.config_order(s[1])))
+    _, best, cell = scored[0]
+    lead = versus = None
+    if len(scored) > 1:
+        _, runner, runner_cell = scored[1]
+        base = table.rules.baseline
+        if regime == "latency":
+            lead = table.compare(best, runner, cell.concurrency, verdict_only=True)
+            if best == base:
+                versus = table.compare(runner, best, cell.concurrency, verdict_only=True)
+        else:
+            lead = table.compare_cells(cell, runner_cell, verdict_only=True)
+            if best == base:
+                versus = table.compare_cells(runner_cell, cell, verdict_only=True)
+        if runner == base:
+            versus = lead
+    return Best(regime=regime, config=best, cell=cell, lead=lead, versus=versus)
+
+
+def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> WorkloadConclusion:
+    return conclude_table(workload, Table(wcells, rules))
+
+
+def conclude_table(workload: str, table: Table, cross: bool = True) -> WorkloadConclusion:
+    """The conclusion of one workload's table. Without ``cross``, candidates
+    are not set against the baseline of every other campaign (the history
+    does not need it, and it grows with the number of campaigns)."""
+    rules = table.rules
+    base = rules.baseline
+    candidates = []
+    for config in table.configs:
+        if config == base:
+            continue
+        comps = [table.compare(config, base, c) for c in table.concurrencies]
+        found = tuple(c for c in comps if c is not None)
+        pol, threshold = policy([(c.concurrency, c.verdict) for c in found], [c.ratio for c in found])
+        levels = [crossover_mod.Level(c.concurrency, c.ratio, *c.bounds, c.verdict) for c in found
+                  if c.verdict != NOT_COMPARABLE]
+        where = crossover_mod.estimate(levels, pol)
+        others = tuple(
+            x
+            for comp in found
+            for other in sorted(table.cells_of(base, comp.concurrency).values(), key=lambda c: c.rank)
+            if other.campaign != comp.b.campaign
+            and (x := table.compare_cells(comp.a, other, verdict_only=True)) is not None
+        ) if cross else ()
+        mine = {c for c in table.concurrencies if table.latest(config, c) is not None}
+        theirs = {c for c in table.concurrencies if table.latest(base, c) is not None}
+        candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found, cross=others,
+                                    crossover=where, candidate_only=tuple(sorted(mine - theirs)),
+                                    baseline_only=tuple(sorted(theirs - mine))))
+
+    latency = None
+    if table.concurrencies:
+        low = table.concurrencies[0]
+        scored: list[tuple[float, str, Cell]] = []
+        base_cell = table.latest(base, low)
+        for config in table.configs:
+            cell = table.latest(config, low)
+            if cell is None:
+                continue
+            if base_cell is None:
+                score = cell.mean
+            elif config == base:
+                score = 1.0
+            else:
+                comp = table.compare(config, base, low, verdict_only=True)
+                score = comp.ratio if comp else 0.0
+                cell = comp.a if comp else cell
+            scored.append((score, config, cell))
+        latency = _best(table, "latency", scored)
+
+    peaks = [(p.mean, cfg, p) for cfg in table.configs if (p := table.peak(cfg)) is not None]
+    throughput = _best(table, "throughput", peaks)
+    return WorkloadConclusion(
+        workload=workload,
+        simulated=workload.endswith(SIMULATED_SUFFIX),
+        concurrencies=table.concurrencies,
+        configs=table.configs,
+        baseline_measured=any(k[0] == base for k in table.by_key),
+        latency=latency,
+        throughput=throughput,
+        candidates=tuple(candidates),
+    )
+
+
+def workload_tables(all_cells: Iterable[Cell], rules: Rules,
+                    breaks: Mapping[str, Mapping[int, Collection[int]]] | None = None) -> dict[str, Table]:
+    """One Table per workload, in workload order. ``breaks``: workload -> C ->
+    the ranks of the baseline's steps (regressions.baseline_breaks)."""
+    by_workload: dict[str, list[Cell]] = {}
+    for cell in all_cells:
+        by_workload.setdefault(cell.workload, []).append(cell)
+    return {w: Table(cs, rules, breaks=(breaks or {}).get(w)) for w, cs in sorted(by_workload.items())}
+
+
+def conclude_tables(rules: Rules, tables: Mapping[str, Table]) -> Conclusions:
+    """The current conclusions of ``tables`` (``workload_tables`` of the cells,
+    the baseline's steps found by findings.derive.regressions)."""
+    return Conclusions(rules=rules, workloads=tuple(conclude_table(w, t) for w, t in sorted(tables.items())))
+
+
+def comparisons_in_campaigns(rules: Rules, all_cells: list[Cell], tables: Mapping[str, Table],
+                             campaigns: Collection[str] | None = None) -> Mapping[tuple[str, str], list[Comparison]]:
+    """Within-campaign comparisons of every candidate with the baseline.
+
+    Keyed by (campaign, workload); only of ``campaigns``, if given. The
+    noise band uses everything known now, so an old campaign's table shows
+    its numbers judged by today's noise estimate.
+    """
+    out: dict[tuple[str, str], list[Comparison]] = {}
+    for cell in all_cells:
+        if cell.config == rules.baseline or (campaigns is not None and cell.campaign not in campaigns):
+            continue
+        table = tables[cell.workload]
+        base = table.cells_of(rules.baseline, cell.concurrency).get(cell.campaign)
+        if base is None:
+            continue
+        comp = table.compare_cells(cell, base)
+        if comp is not None:
+            out.setdefault((cell.campaign, cell.workload), []).append(comp)
+    return out
+
+
+def finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None

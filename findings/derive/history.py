@@ -1,0 +1,252 @@
+"""History: replay campaigns in order and record what each one changed.
+
+After each campaign the conclusions are derived from all data up to and
+including it; the difference from the previous conclusions, with the numbers
+behind it, is that campaign's entry. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from findings.core import fmt
+from findings.derive import regressions
+from findings.derive.analysis import (Best, Candidate, Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion, cells,
+                               conclude_table)
+from findings.core.model import Campaign, Dataset, Scalar
+from findings.derive.regressions import FactChange
+
+FactsOf = Callable[[str, str], Mapping[str, Scalar]]
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What the records say changed for one config of a comparison: its facts
+    in the campaign now used against the campaign it was measured in before
+    (``between``), or, for a new candidate, against the config it overtakes
+    (``versus``)."""
+
+    config: str
+    facts_changed: tuple[FactChange, ...]
+    between: tuple[str, str] | None = None
+    versus: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self.versus is not None:
+            what = regressions.describe_facts(self.facts_changed) or "no recorded fact differs"
+            return f"{self.config} vs {self.versus}: {what}"
+        assert self.between is not None
+        if not self.facts_changed:
+            return f"{self.config}: no recorded fact changed ({self.between[0]} → {self.between[1]})"
+        return f"{self.config}: {regressions.describe_facts(self.facts_changed)} ({self.between[0]} → {self.between[1]})"
+
+
+@dataclass(frozen=True)
+class Change:
+    workload: str
+    subject: str  # "policy of CFG", "latency best", "throughput best"
+    before: str | None  # None: first time this was derived
+    after: str
+    evidence: tuple[str, ...]
+    #: The recorded facts behind it, per config of the comparison.
+    provenance: tuple[Provenance, ...] = ()
+
+    @property
+    def provenance_text(self) -> str:
+        """``baseline: sglang_version 0.5.20 → 0.5.23 (c1 → c2); ...``, or "": configs
+        with nothing changed grouped by the campaigns compared."""
+        parts = [p.text for p in self.provenance if p.facts_changed or p.versus is not None]
+        quiet: dict[tuple[str, str], list[str]] = {}
+        for p in self.provenance:
+            if not p.facts_changed and p.versus is None and p.between is not None:
+                quiet.setdefault(p.between, []).append(p.config)
+        for (old, new), names in quiet.items():
+            parts.append(f"no recorded fact of {', '.join(names)} changed ({old} → {new})")
+        return "; ".join(parts)
+
+    @property
+    def text(self) -> str:
+        if self.before is None:
+            head = f"{self.workload}: {self.subject} is {self.after}"
+        else:
+            head = f"{self.workload}: {self.subject} {self.before} → {self.after}"
+        return head + (f": {'; '.join(self.evidence)}" if self.evidence else "")
+
+
+@dataclass(frozen=True)
+class Entry:
+    campaign: Campaign
+    #: The conclusions as they stood after this campaign, without the
+    #: cross-checks against other campaigns' baselines (Candidate.cross).
+    conclusions: Conclusions
+    changes: tuple[Change, ...]
+
+
+def describe(comp: Comparison) -> str:
+    """C=30 win 759.3 vs 689.4 tok/s (+10.1%, band ±4.0%)."""
+    unpaired = "" if comp.paired else ", unpaired"
+    return (
+        f"C={comp.concurrency} {comp.verdict}, {fmt.tput(comp.a.mean)} vs {fmt.tput(comp.b.mean)} tok/s, "
+        f"{fmt.pct(comp.delta)}, band {fmt.band(comp.band)}{unpaired}"
+    )
+
+
+def policy_label(c: Candidate) -> str:
+    if c.threshold is None:
+        return c.policy
+    return f"{c.policy} (threshold C={c.threshold})"
+
+
+def best_label(b: Best | None) -> str:
+    if b is None:
+        return "none"
+    return f"{b.config} ({'beyond noise' if b.decisive else 'within noise'})"
+
+
+def best_evidence(b: Best) -> tuple[str, ...]:
+    if b.lead is None:
+        return (f"{b.config} alone at C={b.concurrency}: {fmt.tput(b.cell.mean)} tok/s",)
+    # The candidate against the baseline when the baseline is one of the two:
+    # the verdicts' direction (prose.latency says the same).
+    lead = b.versus if b.versus is not None else b.lead
+    where_a = f"C={lead.a.concurrency}"
+    where_b = f"C={lead.b.concurrency}"
+    return (
+        f"{lead.a.config} {fmt.tput(lead.a.mean)} tok/s at {where_a} vs {lead.b.config} "
+        f"{fmt.tput(lead.b.mean)} tok/s at {where_b}, {fmt.pct(lead.delta)}, band {fmt.band(lead.band)}",
+    )
+
+
+def _earlier(table: Table, config: str, conc: int, cell: Cell) -> Cell | None:
+    """The config's cell at ``conc`` in the campaign before ``cell``'s."""
+    return table.before(config, conc, cell.rank)
+
+
+def _provenance(used: list[Cell], table: Table, facts_of: FactsOf) -> tuple[Provenance, ...]:
+    """For each config of the cells a conclusion now rests on: its facts now
+    against its facts in the campaign it was measured in before (at those C)."""
+    pairs: dict[str, dict[tuple[str, str], None]] = {}
+    for cell in used:
+        prev = _earlier(table, cell.config, cell.concurrency, cell)
+        if prev is not None:
+            pairs.setdefault(cell.config, {})[(prev.campaign, cell.campaign)] = None
+    out = []
+    for config in sorted(pairs, key=table.config_order):
+        for old, new in pairs[config]:
+            out.append(Provenance(config, regressions.facts_changed(facts_of(config, old), facts_of(config, new)),
+                                  between=(old, new)))
+    return tuple(out)
+
+
+def _overtaken(cand: Candidate, before: WorkloadConclusion | None, table: Table,
+               facts_of: FactsOf) -> Provenance | None:
+    """A new candidate against the strongest config it now outdoes (peak throughput)."""
+    mine = table.peak(cand.config)
+    if mine is None:
+        return None
+    existing = before.configs if before is not None else table.configs
+    beaten = [(peak.mean, other, peak) for other in existing
+              if other != cand.config and (peak := table.peak(other)) is not None and peak.mean < mine.mean]
+    if not beaten:
+        return None
+    _, other, peak = max(beaten, key=lambda b: (b[0], b[1]))
+    here = table.cells_of(other, mine.concurrency).get(mine.campaign)
+    theirs = (here or peak).campaign
+    return Provenance(cand.config, regressions.facts_changed(facts_of(other, theirs), facts_of(cand.config, mine.campaign),
+                                                             one_sided=True), versus=other)
+
+
+def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion, table: Table | None = None,
+             facts_of: FactsOf | None = None) -> list[Change]:
+    w = after.workload
+    out: list[Change] = []
+
+    def prov(used: list[Cell], extra: Provenance | None = None) -> tuple[Provenance, ...]:
+        if table is None or facts_of is None:
+            return ()
+        found = _provenance(used, table, facts_of)
+        return ((extra,) if extra else ()) + found
+
+    for attr, subject in (("latency", "latency best"), ("throughput", "throughput best")):
+        new: Best | None = getattr(after, attr)
+        old: Best | None = getattr(before, attr) if before else None
+        if new is None:
+            continue
+        if old is None or (old.config, old.decisive) != (new.config, new.decisive):
+            used = [new.lead.a, new.lead.b] if new.lead else [new.cell]
+            out.append(Change(w, subject, best_label(old) if old else None, best_label(new), best_evidence(new),
+                              prov(used)))
+    for cand in after.candidates:
+        prev = before.candidate(cand.config) if before else None
+        if prev is None:
+            versus = _overtaken(cand, before, table, facts_of) if table is not None and facts_of else None
+            out.append(
+                Change(w, f"policy of {cand.config}", None, policy_label(cand),
+                       tuple(describe(c) for c in cand.comparisons),
+                       prov([c.b for c in cand.comparisons], versus))
+            )
+            continue
+        old_v = prev.verdicts
+        flips = [c for c in cand.comparisons if old_v.get(c.concurrency) != c.verdict]
+        flipped = tuple(describe(c) for c in flips)
+        used = [x for c in (flips or list(cand.comparisons)) for x in (c.a, c.b)]
+        if (prev.policy, prev.threshold) != (cand.policy, cand.threshold):
+            out.append(Change(w, f"policy of {cand.config}", policy_label(prev), policy_label(cand), flipped,
+                              prov(used)))
+        elif flipped:
+            out.append(Change(w, f"verdicts of {cand.config}", policy_label(prev), "unchanged policy", flipped,
+                              prov(used)))
+    return out
+
+
+def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
+           found: list[regressions.Move] | None = None) -> list[Entry]:
+    """Each campaign in turn, with the conclusions from all data up to it.
+
+    The conclusions after campaign k are those of ``conclude(data.upto(k))``
+    (less the cross-checks): a cell depends only on its own campaign's
+    points, so the cells are derived once and added to per-workload tables
+    campaign by campaign, instead of re-deriving every prefix of the store.
+    The baseline's steps (findings/derive/regressions.py) leave its drift as they
+    become known: a step called thanks to a later campaign counts from then.
+    ``all_cells``: ``cells(data, rules)``, and ``found``: the moves, if the
+    caller has them.
+    """
+    if all_cells is None:
+        all_cells = cells(data, rules)
+    if found is None:
+        found = regressions.analyse(data, rules, all_cells)
+    by_rank: dict[int, list[Cell]] = {}
+    for cell in all_cells:
+        by_rank.setdefault(cell.rank, []).append(cell)
+    tables: dict[str, Table] = {}
+    concluded: dict[str, WorkloadConclusion] = {}
+    entries: list[Entry] = []
+    previous: Conclusions | None = None
+    base_steps = [m for m in regressions.steps(found) if m.config == rules.baseline]
+    for rank, campaign in enumerate(data.campaigns):
+        breaks = regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
+        new: dict[str, list[Cell]] = {}
+        for cell in by_rank.get(rank, []):
+            new.setdefault(cell.workload, []).append(cell)
+        for workload, added in new.items():
+            if workload in tables:
+                tables[workload].set_breaks(breaks.get(workload, {}))
+                tables[workload].add(added)
+            else:
+                tables[workload] = Table(added, rules, verdicts_only=True, breaks=breaks.get(workload))
+            # A workload this campaign did not measure concludes as before.
+            concluded[workload] = conclude_table(workload, tables[workload], cross=False)
+        current = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
+        changes: list[Change] = []
+        for wc in current.workloads:
+            old = previous.workload(wc.workload) if previous else None
+            if wc.workload in new or old is None:
+                changes.extend(_changes(old, wc, tables[wc.workload], data.facts_of))
+            else:
+                changes.extend(_changes(old, wc))
+        entries.append(Entry(campaign=campaign, conclusions=current, changes=tuple(changes)))
+        previous = current
+    return entries

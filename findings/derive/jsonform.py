@@ -1,0 +1,185 @@
+"""The stable machine-readable shape of `findings conclusions --json`.
+
+Documented in docs/conclusions.md. Keys listed there are stable; new keys may
+be added, none are removed or renamed without a version bump of "shape".
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+from findings.derive import regressions
+from findings.derive.analysis import Best, Comparison, Conclusions
+from findings.derive.categories import Difference
+from findings.derive.history import Entry
+from findings.derive.openloop import JUDGED, OpenLoopConclusion
+
+SHAPE_VERSION = 1
+
+
+def _r(x: float) -> float:
+    return round(x, 4)
+
+
+def _best(b: Best | None, with_c: bool) -> dict[str, Any] | None:
+    if b is None:
+        return None
+    d: dict[str, Any] = {}
+    if with_c:
+        d["concurrency"] = b.concurrency
+    d["best"] = b.config
+    d["decisive"] = b.decisive
+    d["throughput_tok_s"] = round(b.cell.mean, 2)
+    if not with_c:
+        d["concurrency"] = b.concurrency
+    d["runner_up"] = b.lead.b.config if b.lead else None
+    d["lead"] = _r(b.lead.delta) if b.lead else None
+    d["band"] = _r(b.lead.band) if b.lead else None
+    return d
+
+
+def _cross(cross: tuple[Comparison, ...]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for x in cross:
+        out.setdefault(str(x.concurrency), {})[x.b.campaign] = _r(x.ratio)
+    return out
+
+
+def _provenance(entry: Entry) -> dict[str, Any]:
+    """config -> the facts that differ behind the entry's changes (merged over them)."""
+    out: dict[str, Any] = {}
+    for change in entry.changes:
+        for p in change.provenance:
+            item = out.setdefault(p.config, {"facts_changed": {}, "between": [], "versus": None})
+            item["facts_changed"].update(regressions.facts_json(p.facts_changed))
+            if p.between is not None and list(p.between) not in item["between"]:
+                item["between"].append(list(p.between))
+            if p.versus is not None:
+                item["versus"] = p.versus
+    return out
+
+
+def to_json(conclusions: Conclusions, history: list[Entry],
+            flagged: dict[str, tuple[str, ...]] | None = None,
+            caveats: Callable[[Comparison], tuple[str, ...]] | None = None,
+            failures_unknown: list[str] | None = None,
+            steps: list[regressions.Move] | None = None,
+            drift: list[regressions.Move] | None = None,
+            suspect: list[regressions.Move] | None = None,
+            baseline_moved: dict[str, dict[str, regressions.BaselineMoved]] | None = None,
+            by_category: list[Difference] | None = None,
+            open_loop: Sequence[OpenLoopConclusion] = ()) -> dict[str, Any]:
+    """``caveats``: why a comparison's verdict is not a deployment fact
+    (findings/derive/caveats.py); ``failures_unknown``: ids of the points whose
+    source does not record how many requests failed; ``steps``: the
+    regressions and improvements; ``baseline_moved``: workload -> candidate
+    -> the sentence saying its verdicts flipped because the baseline moved;
+    ``by_category``: where a candidate's verdicts differ by prompt category;
+    ``open_loop``: the open-loop workloads' conclusions (load.verdicts), whose
+    verdicts are keyed by request rate (``load_axis``)."""
+    workloads: dict[str, Any] = {}
+    for wc in conclusions.workloads:
+        workloads[wc.workload] = {
+            "load_axis": "concurrency",
+            "latency": _best(wc.latency, with_c=True),
+            "throughput": _best(wc.throughput, with_c=False),
+            "candidates": {
+                c.config: {
+                    "policy": c.policy,
+                    "threshold": c.threshold,
+                    "crossover": c.crossover.to_json() if c.crossover is not None else None,
+                    "not_compared": {"candidate_only": list(c.candidate_only), "baseline_only": list(c.baseline_only)},
+                    "noise_measured": c.noise_measured,
+                    "verdicts": {str(x.concurrency): x.verdict for x in c.comparisons},
+                    "ratios": {str(x.concurrency): _r(x.ratio) for x in c.comparisons},
+                    "bands": {str(x.concurrency): _r(x.band) for x in c.comparisons},
+                    "campaigns": {str(x.concurrency): x.a.campaign for x in c.comparisons},
+                    "cross_ratios": _cross(c.cross),
+                    "intervals": {str(x.concurrency): [_r(x.ci[0]), _r(x.ci[1])]
+                                  for x in c.comparisons if x.ci is not None},
+                    "caveats": {str(x.concurrency): list(why) for x in c.comparisons
+                                if caveats is not None and (why := caveats(x))},
+                    "baseline_moved": _sentence((baseline_moved or {}).get(wc.workload, {}).get(c.config)),
+                }
+                for c in wc.candidates
+            },
+            "simulated": wc.simulated,
+        }
+    for oc in open_loop:
+        workloads[oc.workload] = _open_loop(oc)
+    return {
+        "shape": SHAPE_VERSION,
+        "baseline": conclusions.rules.baseline,
+        "noise_floor": conclusions.rules.noise_floor,
+        "confidence": conclusions.rules.confidence,
+        "flagged": {k: list(v) for k, v in sorted((flagged or {}).items())},
+        "failures_unknown": sorted(failures_unknown or []),
+        "workloads": workloads,
+        "by_category": [d.to_json() for d in by_category or []],
+        "regressions": [regressions.to_json(m) for m in steps or []],
+        "drift": [regressions.to_json(m) for m in drift or []],
+        "suspect": [regressions.to_json(m) for m in suspect or []],
+        "history": [
+            {
+                "campaign": e.campaign.name,
+                "date": e.campaign.date,
+                "order": e.campaign.order,
+                "policies": {
+                    wc.workload: {c.config: c.policy for c in wc.candidates}
+                    for wc in e.conclusions.workloads
+                },
+                "changes": [c.text for c in e.changes],
+                "provenance": _provenance(e),
+            }
+            for e in history
+        ],
+    }
+
+
+def _open_loop(oc: OpenLoopConclusion) -> dict[str, Any]:
+    """An open-loop workload: verdicts keyed by rate (its ``g`` form, "0.5"),
+    each with the judged metrics' improvement ratios (> 1 better), bands and
+    verdicts; the policy's threshold as a rate and the running batch
+    measured there; each config's max sustainable rate under the SLO."""
+    def key(r: float) -> str:
+        return f"{r:g}"
+
+    return {
+        "load_axis": "request_rate",
+        "mode": oc.mode,
+        "simulated": oc.simulated,
+        "slo": dict(oc.slo),
+        "rates": [key(r) for r in oc.rates],
+        "candidates": {
+            c.config: {
+                "policy": c.policy,
+                "threshold": c.threshold_rate,
+                "threshold_running_batch": _r(c.threshold_batch) if c.threshold_batch is not None else None,
+                "verdicts": {key(v.rate): v.verdict for v in c.verdicts},
+                "decided_by": {key(v.rate): v.decided_by for v in c.verdicts},
+                "metrics": {key(v.rate): {m: {"ratio": _r(x.ratio) if math.isfinite(x.ratio) else None,
+                                              "band": _r(x.band), "verdict": x.verdict,
+                                              "paired": x.paired, "campaign": x.a.campaign,
+                                              "interval": [_r(x.ci[0]), _r(x.ci[1])] if x.ci else None}
+                                          for m, x in v.by_metric.items()} for v in c.verdicts},
+            }
+            for c in oc.candidates
+        },
+        "sustained": {s.config: {"rate": s.rate, "failed_at": s.failed_at,
+                                 "attainment": {key(r): _r(a) for r, a in s.attainment.items()}}
+                      for s in oc.sustained},
+        "replay": {
+            "configs": {r.config: {"campaign": r.campaign, "repeats": len(r.points),
+                                   "metrics": {m: _r(r.metrics[m]) for m in JUDGED if m in r.metrics}}
+                        for r in oc.replays},
+            "comparisons": [{"config": c.config, "against": c.against, "metric": c.metric,
+                             "ratio": _r(c.ratio) if math.isfinite(c.ratio) else None,
+                             "band": _r(c.band), "verdict": c.verdict} for c in oc.replay_comparisons],
+            "best": oc.replay_best,
+        } if oc.replays else None,
+    }
+
+
+def _sentence(moved: regressions.BaselineMoved | None) -> str | None:
+    return moved.sentence() if moved is not None else None

@@ -1,0 +1,575 @@
+"""Regressions and improvements: each config's own throughput, campaign after
+campaign, and the recorded facts that changed with it. Pure: no I/O.
+
+Every config is followed on its own, the baseline included: at each C, its
+cell in one campaign against its cell in the previous campaign that measured
+it (a *pair*). A pair that moved beyond the config's own noise at some C is a
+*move*; a move is called a *step* (a regression or an improvement) only on
+evidence beyond one noisy pair (docs/decisions.md D72):
+
+1. **Beyond the band.** At each common C, the ratio new / old against
+   the config's own band: the larger of the noise floor and the spread of
+   the repeats in either cell (with repeats in both, the bootstrap interval
+   of the ratio must also exclude 1). The baseline's drift is not part of
+   it: a config is never judged by another's noise.
+2. **Consistent across C.** Every common C moved the same way (all ratios
+   on one side of 1), and at least half of them beyond the band.
+3. **And one of:**
+   - a recorded fact changed between the two campaigns (an engine upgrade,
+     another flag): the strongest evidence, and the cause to name;
+   - every common C (two at least) moved beyond the band, and the config's
+     next campaign stayed at the new level (within the band of it, beyond the
+     band of the old one): a level that held, called from that campaign on.
+
+Repeats inside each campaign are not enough: they measure the noise within
+a campaign, and this kind of machine drifts far more between campaigns
+(the llama.cpp tier's baseline moved by -30% and then +48% with tight
+repeats and nothing changed). A move that is none of these is *drift*: noise the baseline's drift band
+absorbs, as before. A step is a change, not noise: the baseline's drift
+(analysis.Table) is measured within the stretches between its steps, so a
+step never widens the band that judges the candidates.
+
+Facts compared: every fact recorded in both campaigns but free text
+(``notes``); a fact recorded on one side only is a change in what was
+recorded, not in the server. A launch command is compared flag by flag
+(``launch --speculative-num-steps 3 → 5``), a flag added or dropped
+included, without the port and host that differ on every launch (a
+positional port number as well).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import shlex
+import types
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Iterable, Mapping, Sequence
+
+from findings.core import fmt
+from findings.derive.analysis import (Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion, cells,
+                                      comparisons_in_campaigns, conclude_tables, workload_tables)
+from findings.core.model import Dataset, Scalar
+from findings.derive.stats import ratio_ci
+
+REGRESSION, IMPROVEMENT, DRIFT, SUSPECT = "regression", "improvement", "drift", "suspect"
+
+#: A config's own throughput moving by this factor or more (either way) at a
+#: C between two campaigns, with no recorded fact changed, is *suspect*: far
+#: beyond any drift seen on real machines (the llama.cpp tier's widest move
+#: is 1.47x, its widest drift 37%), and what a wrong label looks like (a
+#: 64/32 file filed under a 512/256 workload moved the seed's baseline 3.9x).
+#: A suspect move is neither a step nor drift: it never widens a band (D89).
+SUSPECT_RATIO = 2.0
+
+#: Facts of free text, never compared.
+FREE_TEXT = frozenset({"notes", "note", "description", "comment"})
+#: Launch-command facts, compared flag by flag.
+LAUNCH_FACTS = frozenset({"launch", "launch_command"})
+#: Flags whose values differ on every launch of the same config.
+PER_LAUNCH_FLAGS = frozenset({"--port", "--host", "--log-file", "--log-dir"})
+
+#: fact, its value in the old campaign (or config), in the new; None: not recorded.
+FactChange = tuple[str, Scalar, Scalar]
+
+
+# ---------------------------------------------------------------- facts
+
+def _same(a: Scalar, b: Scalar) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return a == b
+
+
+def _flags(command: str) -> Mapping[str, str]:
+    """``--flag value`` / ``--flag=value`` / bare ``--flag`` of a command line (the program and
+    positional words are kept as ``argv[0]``, ``arg1``, ...). Read-only: a
+    store repeats a few launch lines thousands of times."""
+    return _flags_of(command)
+
+
+@functools.lru_cache(maxsize=1024)
+def _flags_of(command: str) -> Mapping[str, str]:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    out: dict[str, str] = {}
+    positional = 0
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w.startswith("-") and len(w) > 1 and not _number(w):
+            if "=" in w:
+                k, v = w.split("=", 1)
+                out[k] = v
+            elif i + 1 < len(words) and not (words[i + 1].startswith("-") and not _number(words[i + 1])):
+                out[w] = words[i + 1]
+                i += 1
+            else:
+                out[w] = "(set)"
+        else:
+            out["argv[0]" if positional == 0 else f"arg{positional}"] = w
+            positional += 1
+        i += 1
+    return types.MappingProxyType(out)
+
+
+def _ports(a: str | None, b: str | None) -> bool:
+    """Two port numbers (a launch line's positional port differs on every launch)."""
+    return a is not None and b is not None and a.isdigit() and b.isdigit() and \
+        all(1024 <= int(x) <= 65535 for x in (a, b))
+
+
+def _number(word: str) -> bool:
+    try:
+        float(word)
+        return True
+    except ValueError:
+        return False
+
+
+def facts_changed(old: Mapping[str, Scalar], new: Mapping[str, Scalar],
+                  one_sided: bool = False) -> tuple[FactChange, ...]:
+    """The recorded facts that differ, sorted by name; launch commands flag by
+    flag. A fact recorded on one side only counts with ``one_sided`` (two
+    different configs: a baseline has no speculative settings at all), not
+    between two campaigns of one config (what was recorded changed, not the
+    server)."""
+    out: list[FactChange] = []
+    # The server's own launch command where both sides report one; findings'
+    # launch line says the same with less detail.
+    both = [k for k in ("launch_command", "launch") if isinstance(old.get(k), str) and isinstance(new.get(k), str)]
+    for key in sorted(set(old) | set(new)):
+        if key in FREE_TEXT or (key in LAUNCH_FACTS and both and key != both[0]):
+            continue
+        a, b = old.get(key), new.get(key)
+        if key in LAUNCH_FACTS and isinstance(a, str) and isinstance(b, str):
+            fa, fb = _flags(a), _flags(b)
+            for flag in sorted(set(fa) | set(fb)):
+                if flag in PER_LAUNCH_FLAGS or flag == "argv[0]" or _ports(fa.get(flag), fb.get(flag)):
+                    continue
+                if fa.get(flag) != fb.get(flag):
+                    out.append((f"{key} {flag}", fa.get(flag), fb.get(flag)))
+            continue
+        if (a is None or b is None) and not (one_sided and (a, b) != (None, None)):
+            continue
+        if not _same(a, b):
+            out.append((key, a, b))
+    return tuple(out)
+
+
+#: Longer values are shown cut (the JSON keeps them whole).
+SHOWN = 60
+
+
+def _value(v: Scalar) -> str:
+    if v is None:
+        return "(not recorded)"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    text = str(v)
+    return text if len(text) <= SHOWN else text[:SHOWN - 1] + "…"
+
+
+def _pair(a: Scalar, b: Scalar) -> str:
+    """``old → new``; two long strings shown from a little before where they differ."""
+    if isinstance(a, str) and isinstance(b, str) and max(len(a), len(b)) > SHOWN:
+        same = 0
+        while same < min(len(a), len(b)) and a[same] == b[same]:
+            same += 1
+        start = max(0, same - 12)
+        if start > 0:
+            a, b = "…" + a[start:], "…" + b[start:]
+    return f"{_value(a)} → {_value(b)}"
+
+
+def describe_facts(changes: Sequence[FactChange]) -> str:
+    """``sglang_version 0.5.20 → 0.5.23, eagle_topk 4 → 1``."""
+    return ", ".join(f"{k} {_pair(a, b)}" for k, a, b in changes)
+
+
+def facts_json(changes: Sequence[FactChange]) -> dict[str, list[Scalar]]:
+    return {k: [a, b] for k, a, b in changes}
+
+
+# ---------------------------------------------------------------- moves
+
+@dataclass(frozen=True)
+class Move:
+    """One config's change between two consecutive campaigns that measured it."""
+
+    workload: str
+    config: str
+    previous_campaign: str
+    campaign: str
+    rank: int  # the campaign's place in replay order (where a step takes effect)
+    #: (C, new / old, the config's own band at C), for every C both measured.
+    ratios: tuple[tuple[int, float, float], ...]
+    facts_changed: tuple[FactChange, ...]
+    kind: str  # REGRESSION | IMPROVEMENT | DRIFT
+    reason: str
+    #: From which campaign (rank) on the call is known: ``rank``, or later
+    #: when a following campaign confirmed the level.
+    known_at: int
+    #: The config's next campaign (rank) after this one, if any: where the
+    #: level after a suspect move's campaign is measured again.
+    next_rank: int | None = None
+    #: The runs holding the new campaign's cells (what to relabel or retract).
+    run_ids: tuple[str, ...] = ()
+
+    @property
+    def is_step(self) -> bool:
+        return self.kind in (REGRESSION, IMPROVEMENT)
+
+    @property
+    def suspect(self) -> bool:
+        return self.kind == SUSPECT
+
+    @property
+    def moved(self) -> tuple[int, ...]:
+        """The Cs beyond the band (in the step's direction, for a step)."""
+        return tuple(c for c, r, b in self.ratios
+                     if abs(r - 1) > b and (not self.is_step or (r < 1) == (self.kind == REGRESSION)))
+
+    @property
+    def concurrency(self) -> tuple[int, ...]:
+        return self.moved
+
+    @property
+    def ratio(self) -> float:
+        """The geometric mean of new / old over the moved Cs."""
+        rs = [r for c, r, _ in self.ratios if c in self.moved] or [r for _, r, _ in self.ratios]
+        return math.exp(math.fsum(math.log(r) for r in rs) / len(rs))
+
+    def per_c(self) -> str:
+        """``C=1 -12.0%, C=30 -11.8% (band ±4.0%)``."""
+        return ", ".join(f"C={c} {fmt.pct(r - 1)}" for c, r, _ in self.ratios) + \
+            f" (band {fmt.band(max(b for _, _, b in self.ratios))})"
+
+
+def _band(old: Cell, new: Cell, rules: Rules) -> float:
+    return max(rules.noise_floor, old.spread, new.spread)
+
+
+def _beyond(old: Cell, new: Cell, rules: Rules) -> tuple[float, float, bool]:
+    """(ratio, band, beyond the band)."""
+    ratio = new.mean / old.mean
+    band = _band(old, new, rules)
+    beyond = abs(ratio - 1) > band
+    if beyond and old.n >= 2 and new.n >= 2 and rules.interval != "band":
+        lo, hi = ratio_ci(new.values, old.values, rules.confidence, rules.resamples,
+                          "|".join(new.point_ids + old.point_ids))
+        if math.isfinite(lo) and math.isfinite(hi):
+            beyond = lo > 1 or hi < 1
+    return ratio, band, beyond
+
+
+def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str, Scalar]],
+          rules: Rules) -> list[Move]:
+    """Every move of every config beyond its own band, steps and drift, in
+    (workload, config, rank) order. ``facts_of(config, campaign)``: the
+    config's facts in that campaign."""
+    series: dict[tuple[str, str], dict[int, dict[int, Cell]]] = {}
+    names: dict[int, str] = {}
+    for cell in all_cells:
+        if cell.mean <= 0:
+            continue
+        series.setdefault((cell.workload, cell.config), {}).setdefault(cell.rank, {})[cell.concurrency] = cell
+        names[cell.rank] = cell.campaign
+    out: list[Move] = []
+    for (workload, config), by_rank in sorted(series.items()):
+        ranks = sorted(by_rank)
+        p = ranks[0]
+        for i in range(1, len(ranks)):
+            q = ranks[i]
+            old, new = by_rank[p], by_rank[q]
+            common = sorted(set(old) & set(new))
+            if not common:
+                p = q
+                continue
+            measured = [(c, *_beyond(old[c], new[c], rules)) for c in common]
+            if not any(b for *_, b in measured):
+                p = q
+                continue
+            changed = facts_changed(facts_of(config, names[p]), facts_of(config, names[q]))
+            later = by_rank.get(ranks[i + 1]) if i + 1 < len(ranks) else None
+            later_rank = ranks[i + 1] if i + 1 < len(ranks) else None
+            kind, reason, known = _classify(measured, old, new, later, later_rank, changed, rules,
+                                            names.get(later_rank) if later_rank is not None else None)
+            runs = tuple(sorted({pid.rsplit("/", 1)[0] for c in common for pid in new[c].point_ids}))
+            out.append(Move(workload=workload, config=config, previous_campaign=names[p], campaign=names[q],
+                            rank=q, ratios=tuple((c, r, b) for c, r, b, _ in measured), facts_changed=changed,
+                            kind=kind, reason=reason, known_at=q if known is None else known,
+                            next_rank=later_rank, run_ids=runs))
+            if kind != SUSPECT:
+                p = q  # after a suspect campaign, the next is set against the level before it
+    return out
+
+
+def _classify(measured: list[tuple[int, float, float, bool]], old: Mapping[int, Cell], new: Mapping[int, Cell],
+              later: Mapping[int, Cell] | None, later_rank: int | None, changed: tuple[FactChange, ...],
+              rules: Rules, later_name: str | None) -> tuple[str, str, int | None]:
+    down = [c for c, r, _, b in measured if b and r < 1]
+    up = [c for c, r, _, b in measured if b and r > 1]
+    if not changed:
+        c, r = max(((c, r) for c, r, _, _ in measured), key=lambda m: abs(math.log(m[1])))
+        if max(r, 1 / r) >= SUSPECT_RATIO:
+            if _held(measured, old, new, later, rules):
+                kind = REGRESSION if r < 1 else IMPROVEMENT
+                return kind, (f"moved {r:.2f}x at C={c} with no recorded fact changed, and the new level held "
+                              f"in {later_name}"), later_rank
+            return SUSPECT, (f"moved {r:.2f}x at C={c} with no recorded fact changed, beyond any plausible drift "
+                             f"({SUSPECT_RATIO:g}x): suspect: check the labels"), None
+    if down and up:
+        return DRIFT, "moved both ways beyond the band", None
+    direction = REGRESSION if down else IMPROVEMENT
+    moved = down or up
+    same_side = all((r < 1) == (direction == REGRESSION) for _, r, _, _ in measured)
+    if not same_side:
+        return DRIFT, "not consistent across C (moved one way at one C and the other way at another)", None
+    if 2 * len(moved) < len(measured):
+        return DRIFT, f"beyond the band at {len(moved)} of {len(measured)} C only", None
+    if changed:
+        return direction, "a recorded fact changed", None
+    everywhere = len(measured) >= 2 and len(moved) == len(measured)
+    if not everywhere:
+        return DRIFT, "no recorded fact changed, and not beyond the band at every C (two at least)", None
+    if later is not None and later_rank is not None:
+        common = [c for c in moved if c in later]
+        held = bool(common) and all(
+            (later[c].mean / old[c].mean < 1) == (direction == REGRESSION)
+            and abs(later[c].mean / old[c].mean - 1) > _band(old[c], later[c], rules)
+            and abs(later[c].mean / new[c].mean - 1) <= _band(new[c], later[c], rules)
+            for c in common)
+        if held:
+            return direction, f"no recorded fact changed; the new level held in {later_name}", later_rank
+    return DRIFT, "no recorded fact changed, and one unrepeated pair of campaigns", None
+
+
+def _held(measured: list[tuple[int, float, float, bool]], old: Mapping[int, Cell], new: Mapping[int, Cell],
+          later: Mapping[int, Cell] | None, rules: Rules) -> bool:
+    """Whether the config's next campaign stayed at the new level at every C
+    it shares with the move (within the band of it, beyond the band of the old)."""
+    if later is None:
+        return False
+    common = [c for c, *_ in measured if c in later]
+    return bool(common) and all(
+        abs(later[c].mean / old[c].mean - 1) > _band(old[c], later[c], rules)
+        and abs(later[c].mean / new[c].mean - 1) <= _band(new[c], later[c], rules)
+        for c in common)
+
+
+def steps(all_moves: Iterable[Move], upto: int | None = None) -> list[Move]:
+    """The moves called steps (as known after campaign rank ``upto``, if given)."""
+    return [m for m in all_moves if m.is_step and (upto is None or m.known_at <= upto)]
+
+
+def suspects(all_moves: Iterable[Move], upto: int | None = None) -> list[Move]:
+    """The moves too large to be drift with no fact changed (as known after ``upto``)."""
+    return [m for m in all_moves if m.suspect and (upto is None or m.rank <= upto)]
+
+
+def baseline_breaks(all_moves: Iterable[Move], baseline: str,
+                    upto: int | None = None) -> dict[str, dict[int, frozenset[int]]]:
+    """workload -> C -> the ranks at which the baseline stepped there (every C
+    of the pair: the level changed as a whole)."""
+    out: dict[str, dict[int, set[int]]] = {}
+    for m in steps(all_moves, upto):
+        if m.config != baseline:
+            continue
+        for c, _, _ in m.ratios:
+            out.setdefault(m.workload, {}).setdefault(c, set()).add(m.rank)
+    return {w: {c: frozenset(r) for c, r in by_c.items()} for w, by_c in out.items()}
+
+
+def c_range(cs: Sequence[int], of: int) -> str:
+    """``C=1–250 (4 of 4)``, ``C=250 (1 of 4)``."""
+    if not cs:
+        return "no C"
+    span = f"C={cs[0]}" if len(cs) == 1 else f"C={cs[0]}–{cs[-1]}"
+    return f"{span} ({len(cs)} of {of})"
+
+
+def analyse(data: Dataset, rules: Rules, all_cells: list[Cell]) -> list[Move]:
+    """Every move in ``data`` (its valid cells ``all_cells``)."""
+    return moves(all_cells, data.facts_of, rules)
+
+
+def tables(data: Dataset, rules: Rules, all_cells: list[Cell],
+           found: list[Move] | None = None) -> dict[str, Table]:
+    """analysis.workload_tables with the baseline's steps left out of its
+    drift, and the cells of suspect moves left out altogether."""
+    found = analyse(data, rules, all_cells) if found is None else found
+    return workload_tables(without_suspects(all_cells, found), rules, baseline_breaks(found, rules.baseline))
+
+
+def conclude(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
+             tabs: Mapping[str, Table] | None = None) -> Conclusions:
+    """The current conclusions. ``all_cells``: ``cells(data, rules)``, and
+    ``tabs``: ``tables`` of them, if the caller has them."""
+    if tabs is None:
+        tabs = tables(data, rules, cells(data, rules) if all_cells is None else all_cells)
+    return conclude_tables(rules, tabs)
+
+
+def campaign_comparisons(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
+                         campaigns: Collection[str] | None = None,
+                         tabs: Mapping[str, Table] | None = None) -> Mapping[tuple[str, str], list[Comparison]]:
+    """analysis.comparisons_in_campaigns, the tables built here if not given."""
+    if all_cells is None:
+        all_cells = cells(data, rules)
+    if tabs is None:
+        tabs = tables(data, rules, all_cells)
+    return comparisons_in_campaigns(rules, all_cells, tabs, campaigns)
+
+
+def without_suspects(all_cells: list[Cell], found: Iterable[Move]) -> list[Cell]:
+    """The cells less those of the suspect moves' new campaigns."""
+    odd = {(m.workload, m.config, m.campaign) for m in found if m.suspect}
+    return [c for c in all_cells if (c.workload, c.config, c.campaign) not in odd] if odd else all_cells
+
+
+def _verdict_before(table: Table, config: str, baseline: str, conc: int, before: str) -> str | None:
+    """The verdict of ``config`` against the baseline in campaign ``before`` at C, if both were measured there."""
+    a = table.cells_of(config, conc).get(before)
+    b = table.cells_of(baseline, conc).get(before)
+    if a is None or b is None:
+        return None
+    comp = table.compare_cells(a, b, verdict_only=True)
+    return comp.verdict if comp is not None else None
+
+
+@dataclass(frozen=True)
+class BaselineMoved:
+    """A candidate whose verdicts flipped because the baseline stepped."""
+
+    config: str
+    baseline: str
+    flips: tuple[tuple[int, str, str], ...]  # (C, verdict before, verdict now)
+    step: Move
+
+    def sentence(self, code: Callable[[str], str] = str, text: Callable[[str], str] = str) -> str:
+        """One sentence; ``code`` and ``text`` format names and free text
+        (fmt.code and fmt.text for markdown; plain by default)."""
+        s, cand, base = self.step, code(self.config), code(self.baseline)
+        what = sorted({f"{a} → {b}" for _, a, b in self.flips})
+        facts = f", with {text(describe_facts(s.facts_changed))}" if s.facts_changed else ""
+        moved = "regressed" if s.kind == REGRESSION else "improved"
+        return (f"{cand}'s verdicts against {base} changed at {fmt.conc_list([c for c, _, _ in self.flips])} "
+                f"({', '.join(what)}) because {base} moved, not {cand}: {base} {moved} by "
+                f"{abs(s.ratio - 1) * 100:.1f}% from {code(s.previous_campaign)} to {code(s.campaign)}{facts}, "
+                f"while {cand} stayed within its own band of its {code(s.previous_campaign)} figures.")
+
+
+def baseline_moved(wc: WorkloadConclusion, table: Table, found: Sequence[Move], baseline: str) -> dict[str, BaselineMoved]:
+    """candidate -> why its verdicts against the baseline changed, where
+    they changed because the baseline stepped while the candidate did not
+    move: the flip is the baseline's, not the candidate's."""
+    out: dict[str, BaselineMoved] = {}
+    base_steps = {m.campaign: m for m in found
+                  if m.is_step and m.workload == wc.workload and m.config == baseline}
+    for cand in wc.candidates:
+        mine = {m.campaign for m in found if m.workload == wc.workload and m.config == cand.config}
+        flips: list[tuple[int, str, str]] = []
+        step: Move | None = None
+        for comp in cand.comparisons:
+            s = base_steps.get(comp.b.campaign)
+            if s is None or not comp.paired or s.campaign in mine:
+                continue
+            if comp.concurrency not in {c for c, _, _ in s.ratios}:
+                continue
+            old = _verdict_before(table, cand.config, baseline, comp.concurrency, s.previous_campaign)
+            if old is not None and old != comp.verdict:
+                flips.append((comp.concurrency, old, comp.verdict))
+                step = s
+        if flips and step is not None:
+            out[cand.config] = BaselineMoved(cand.config, baseline, tuple(flips), step)
+    return out
+
+
+def suspect_sentence(m: Move, code: Callable[[str], str] = str, cli: str = "findings") -> str:
+    """``baseline`` moved 3.90x ... and the commands that fix a wrong label
+    (``cli``: ``findings`` and the options that find the store)."""
+    worst = max(m.ratios, key=lambda x: abs(math.log(x[1])))
+    run = m.run_ids[0] if len(m.run_ids) == 1 else "RUN_ID"
+    runs = "" if len(m.run_ids) == 1 else f" (runs {', '.join(code(r) for r in m.run_ids)})"
+    return (f"{code(m.config)} moved {worst[1]:.2f}x at C={worst[0]} from {code(m.previous_campaign)} to "
+            f"{code(m.campaign)} ({m.per_c()}) with no recorded fact changed, beyond any plausible drift "
+            f"({SUSPECT_RATIO:g}x): its points there are left out of every verdict, band and best. If a label is "
+            f"wrong{runs}: {code(f'{cli} store relabel {run} --workload NEW')} (or --config, --campaign), "
+            f"or {code(f'{cli} store retract {run} --why TEXT')}.")
+
+
+def to_json(step: Move) -> dict[str, object]:
+    """One item of ``conclusions --json``'s ``regressions``, ``drift`` and
+    ``suspect`` lists (docs/conclusions.md)."""
+    return {
+        "workload": step.workload,
+        "config": step.config,
+        "campaign": step.campaign,
+        "previous_campaign": step.previous_campaign,
+        "direction": step.kind,
+        "concurrency": list(step.concurrency),
+        "ratio": round(step.ratio, 4),
+        "ratios": {str(c): round(r, 4) for c, r, _ in step.ratios},
+        "band": round(max(b for _, _, b in step.ratios), 4),
+        "facts_changed": facts_json(step.facts_changed),
+        "evidence": step.reason,
+        **({"runs": list(step.run_ids)} if step.suspect else {}),
+    }
+
+
+@dataclass(frozen=True)
+class Concluded:
+    """The conclusions with what this module adds: the moves, the tables whose
+    baseline drift leaves the steps out, and the baseline-moved sentences."""
+
+    conclusions: Conclusions
+    moves: list[Move]
+    tables: dict[str, Table]
+    #: workload -> candidate -> why its verdicts flipped (baseline_moved)
+    baseline_moved: dict[str, dict[str, BaselineMoved]]
+    #: The cells the conclusions rest on: the valid cells less those of the
+    #: suspect moves' campaigns.
+    cells: list[Cell] = field(default_factory=list)
+    #: point id -> why it is left out, for the points of suspect moves (they
+    #: join the validity gates' flags: marked in their campaign, in no verdict).
+    suspect_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> list[Move]:
+        return steps(self.moves)
+
+    @property
+    def drift(self) -> list[Move]:
+        return [m for m in self.moves if m.kind == DRIFT]
+
+    @property
+    def suspect(self) -> list[Move]:
+        return suspects(self.moves)
+
+
+def conclude_with_steps(data: Dataset, rules: Rules, all_cells: list[Cell]) -> Concluded:
+    """The moves, then the conclusions from the cells less those of suspect
+    moves: a level far beyond any drift with no fact changed (a wrong label,
+    most likely) widens no band, makes no best and no verdict."""
+    found = analyse(data, rules, all_cells)
+    odd = {(m.workload, m.config, m.campaign): m for m in found if m.suspect}
+    kept = without_suspects(all_cells, found)
+    why: dict[str, tuple[str, ...]] = {}
+    for c in all_cells:
+        m = odd.get((c.workload, c.config, c.campaign))
+        if m is not None:
+            for pid in c.point_ids:
+                why[pid] = (f"suspect: moved {m.ratio:.2f}x from campaign {m.previous_campaign} with no recorded "
+                            f"fact changed: check the labels",)
+    tabs = tables(data, rules, kept, found)
+    result = conclude(data, rules, kept, tabs)
+    moved = {wc.workload: s for wc in result.workloads
+             if (s := baseline_moved(wc, tabs[wc.workload], found, rules.baseline))}
+    return Concluded(result, found, tabs, moved, kept, why)

@@ -1,0 +1,188 @@
+"""Validity gates: points that must not feed a verdict. Pure.
+
+A flagged point stays in the store and in its campaign's table, marked with
+the reason; the analysis leaves it out, and the conclusion says so.
+
+Request accounting (``counts``) is read from what each point records:
+``planned`` (requests sent or meant to be sent), ``completed`` (successes)
+and ``failed``. A count the source did not record is None, never zero: an
+imported point whose file cannot tell how many requests failed has
+``failed`` None, and is reported as "failures unknown", not as "0 failed".
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from findings.core.model import Dataset, Point, Scalar
+
+
+@dataclass(frozen=True)
+class Gates:
+    #: Flag a point when more than this fraction of its requests failed.
+    max_failed_fraction: float = 0.05
+    #: Flag a point when the client's event loop lagged more than this (p99):
+    #: the client, not the server, was the bottleneck.
+    max_client_lag_ms: float = 25.0
+    #: Flag a point when the client process was busy for more than this
+    #: fraction of the point's wall time: a single-threaded client with no
+    #: idle time reads every response late (docs/performance.md).
+    max_client_cpu: float = 0.9
+    #: Flag an open-loop point whose sends were later (p99) against their
+    #: schedule than both this and a tenth of the schedule's mean gap: a late
+    #: send silently lowers the offered load and reshapes its bursts.
+    max_send_lateness_ms: float = 10.0
+    #: Flag an open-loop point that sent less than this share of its
+    #: schedule's rate (its achieved rate against the offered one).
+    min_achieved_share: float = 0.98
+
+
+NO_SPEC = {"", "none", "null", "off", "false", "no"}
+
+
+def speculative(facts: Mapping[str, Scalar]) -> bool | None:
+    """True/False from the config's facts, None when they do not say."""
+    algo = facts.get("speculative_algorithm")
+    if algo is None:
+        return None
+    return str(algo).strip().lower() not in NO_SPEC
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A point's requests: None where its source does not record the count."""
+
+    planned: int | None
+    completed: int | None
+    failed: int | None
+
+    @property
+    def all_failed(self) -> bool:
+        """Requests were sent and none completed."""
+        return self.completed == 0 and (self.failed is None or self.failed > 0) and self.planned != 0
+
+    @property
+    def failures_unknown(self) -> bool:
+        return self.failed is None and not self.all_failed
+
+    def describe(self) -> str:
+        """For the appendix: "3 of 64 failed", "none of 64 failed", "unknown"."""
+        if self.failed is None:
+            if self.all_failed:
+                return "all failed" + (f" ({self.planned} sent)" if self.planned else "")
+            return "unknown" + (f" ({self.completed} completed)" if self.completed is not None else "")
+        sent = self.planned if self.planned is not None else (
+            self.completed + self.failed if self.completed is not None else None)
+        of = f" of {sent}" if sent is not None else ""
+        if self.failed == 0:
+            return f"none{of} failed"
+        if sent is not None and self.failed >= sent:
+            return f"all {sent} failed"
+        return f"{self.failed}{of} failed"
+
+
+#: What a point where every request failed keeps: the counts and how long it
+#: ran. Its throughput and latencies measure nothing (zeros or NaN in the
+#: tools' files), so they are not stored.
+ALL_FAILED_KEEP = frozenset({"planned", "completed", "failed", "duration"})
+
+
+def only_counts(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The metrics an all-failed point keeps: counts, duration, error types."""
+    return {k: v for k, v in metrics.items() if k in ALL_FAILED_KEEP or k.startswith("errors_")}
+
+
+def _count(m: Mapping[str, float], key: str) -> int | None:
+    v = m.get(key)
+    return int(v) if v is not None else None
+
+
+def records_counted(p: Point) -> Mapping[str, object] | None:
+    """The part of a point's per-request records that ``counts`` reads: the
+    ``error`` column of a point that stored no ``failed`` count (what the
+    render cache keeps of the records, findings/document/cache.py)."""
+    if "failed" in p.metrics or not isinstance(p.requests, Mapping) or "error" not in p.requests:
+        return None
+    return {"error": p.requests["error"]}
+
+
+def counts(p: Point) -> Counts:
+    """The point's request counts, from its metrics; an imported point that
+    kept per-request records but no ``failed`` count (stored before the
+    importers counted them) is counted from those records' errors."""
+    m = p.metrics
+    planned, completed, failed = _count(m, "planned"), _count(m, "completed"), _count(m, "failed")
+    records = records_counted(p) if failed is None else None
+    if records is not None:
+        errors = records["error"]
+        if isinstance(errors, list) and all(isinstance(e, str) for e in errors):
+            failed = sum(1 for e in errors if e)
+            if planned is None:
+                planned = len(errors)
+            if completed is None:
+                completed = planned - failed
+    return Counts(planned=planned, completed=completed, failed=failed)
+
+
+def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates) -> tuple[str, ...]:
+    m = p.metrics
+    out = []
+    n = counts(p)
+    if n.all_failed:
+        sent = n.planned if n.planned is not None else n.failed
+        out.append(f"all {sent} requests failed" if sent else "all requests failed")
+    elif n.failed is not None:
+        sent = n.planned if n.planned is not None else (
+            n.completed + n.failed if n.completed is not None else None)
+        if sent and n.failed / sent > gates.max_failed_fraction:
+            out.append(f"{n.failed / sent:.0%} of requests failed ({n.failed} of {sent}; limit "
+                       f"{gates.max_failed_fraction:.0%})")
+        if n.planned and n.completed is not None and n.completed + n.failed < n.planned:
+            out.append(f"finished {n.completed + n.failed} of {n.planned} planned requests")
+    lag = m.get("client_loop_lag_p99_ms")
+    if lag is not None and lag > gates.max_client_lag_ms:
+        out.append(f"client event-loop lag p99 {lag:.1f} ms > {gates.max_client_lag_ms:g} ms: client-bound")
+    cpu = m.get("client_cpu_fraction")
+    if cpu is not None and cpu > gates.max_client_cpu:
+        out.append(f"client process busy {cpu:.0%} of the time (limit {gates.max_client_cpu:.0%}): client-bound")
+    late = m.get("send_lateness_p99_ms")
+    offered = m.get("offered_rate_req_s")
+    if late is not None:
+        limit = max(gates.max_send_lateness_ms, 100.0 / offered if offered else 0.0)
+        if late > limit:
+            out.append(f"sends late against the schedule, p99 {late:.1f} ms > {limit:.3g} ms: client-bound "
+                       f"(the offered load was lower, and its bursts other, than planned)")
+    achieved = m.get("achieved_rate_req_s")
+    if achieved is not None and offered and achieved < gates.min_achieved_share * offered:
+        out.append(f"sent {achieved:.3g} requests/s of the schedule's {offered:.3g} "
+                   f"({achieved / offered:.0%}, limit {gates.min_achieved_share:.0%}): client-bound")
+    spec = speculative(facts)
+    # SGLang reports an accept length; llama.cpp the accepted share of drafts.
+    has_accept = any(k in m for k in ("accept_length", "accept_length_metrics", "draft_acceptance",
+                                      "draft_acceptance_metrics"))
+    # A schedule that stops drafting at this batch size (vLLM's per-batch-size
+    # K = 0) reports its counters with zero drafts: no acceptance, and no contradiction.
+    drafted_nothing = m.get("draft_tokens_metrics") == 0
+    if spec is False and has_accept:
+        out.append("reports speculative acceptance, but the config runs no speculation")
+    if (spec is True and not has_accept and not drafted_nothing and p.source in ("runner", "simulated")
+            and (n.completed or 0) > 0):
+        out.append("a speculative config that reported no acceptance")
+    return tuple(out)
+
+
+def failures_unknown(data: Dataset) -> list[str]:
+    """Ids of the points whose source does not record how many requests failed."""
+    return [p.id for p in data.points if counts(p).failures_unknown]
+
+
+def flagged(data: Dataset, gates: Gates) -> dict[str, tuple[str, ...]]:
+    """Point id -> reasons, for every point that fails a gate."""
+    out = {}
+    for p in data.points:
+        why = reasons(p, data.configs.get(p.config, {}), gates)
+        if why:
+            out[p.id] = why
+    return out

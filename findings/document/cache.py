@@ -1,0 +1,268 @@
+"""The render cache: what `findings render` derived before, kept outside git
+and safe to delete (docs/store.md, docs/decisions.md D77).
+
+Two levels, both keyed by content hashes:
+
+- **Per run file.** The run as read and validated, with each point's
+  throughput per time window (stats.window_series) computed from its
+  per-request records and the records themselves left out. Keyed by the
+  sha256 of the run file and of its sidecar, and of the findings code, so a
+  render after adding a campaign reads and parses only the new run files.
+- **Per document.** The rendered text and its plots, keyed by every run's
+  key, the settings, the template files and the findings code itself. A
+  render of an unchanged store reads nothing else.
+
+Which content a file has is known without reading it when its size,
+modification time and inode are those recorded with its hash (as git's
+index does); a file changed within the last seconds is hashed again every
+time, since a write in the same tick keeps its time stamp. The store's own
+files are never written here. A missing, damaged or foreign cache entry is
+a miss: the result is computed again, so a render with a cold cache, a
+warm one or none gives the same bytes.
+
+Where: ``$FINDINGS_CACHE_DIR``, else ``$XDG_CACHE_HOME/findings/render``,
+else ``~/.cache/findings/render`` (beside, not among, the engine builds
+that tools/ caches in ``~/.cache/findings``). ``FINDINGS_CACHE=off`` turns it off. Entries are
+pickles, which only this user's findings writes and reads (a cache folder
+someone else can write to is not used).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import pickle
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from findings.core import diskio
+from findings import store as store_mod
+from findings.derive.analysis import point_series
+from findings.derive.validity import records_counted
+from findings.core.model import Dataset, Point, Run
+from findings.store.schema import SIDECAR_SUFFIX
+
+#: Bump when what an entry holds changes.
+VERSION = "1"
+#: A file modified this recently is hashed again: its time stamp may not
+#: change on a second write within the same tick.
+RACY_S = 2.0
+PACKAGE = Path(__file__).resolve().parents[1]  # the findings package: its code keys the cache
+
+
+def folder() -> Path | None:
+    """The cache folder, or None when the cache is off."""
+    if os.environ.get("FINDINGS_CACHE", "").strip().lower() in ("0", "off", "no", "false"):
+        return None
+    explicit = os.environ.get("FINDINGS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "findings" / "render"
+
+
+_CODE: str | None = None
+
+
+def _hash_tree(h: Any, root: Path, pattern: str) -> None:
+    """Every file under ``root`` matching ``pattern``: its path and bytes."""
+    for path in sorted(p for p in root.rglob(pattern) if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+
+
+def code_fingerprint() -> str:
+    """The findings code (every module, and the Python it runs on): an entry
+    derived by other code is never used."""
+    global _CODE
+    if _CODE is None:
+        h = hashlib.sha256(f"{VERSION}|{sys.version}".encode())
+        _hash_tree(h, PACKAGE, "*.py")
+        _CODE = h.hexdigest()
+    return _CODE
+
+
+def _safe(cache: Path) -> bool:
+    """A folder only this user can write to (pickles are only read from there)."""
+    try:
+        st = cache.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _usable(cache: Path | None) -> Path | None:
+    """The cache folder, made (private) if missing; None when it cannot be
+    used: made by someone else, or writable by others."""
+    if cache is None:
+        return None
+    if not cache.exists():
+        try:
+            cache.mkdir(parents=True, mode=0o700)
+            cache.chmod(0o700)  # whatever the umask
+        except OSError:
+            return None  # a read-only home: no cache
+    return cache if _safe(cache) else None
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Atomically, without fsync (a derived file); a cache that cannot be
+    written (a full disk, a read-only home) is simply not kept."""
+    with contextlib.suppress(diskio.DiskError):
+        diskio.write_replace(path, data, durable=False)
+
+
+def _read_pickle(path: Path) -> Any:
+    try:
+        with path.open("rb") as f:
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError,
+            IndexError, KeyError, MemoryError):
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """The store's run files and the content key of each (run file and sidecar)."""
+
+    store: Path
+    cache: Path | None
+    files: tuple[tuple[str, str], ...]  # (run file name, key), in file-name order
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256("\n".join(f"{n} {k}" for n, k in self.files).encode()).hexdigest()
+
+
+def _store_id(store: Path) -> str:
+    return hashlib.sha256(str(store.resolve()).encode()).hexdigest()[:32]
+
+
+def scan(store: Path) -> Scan:
+    """Each run file's key, hashing only the files whose stat changed."""
+    cache = _usable(folder())
+    runs = store / store_mod.RUNS
+    try:
+        if cache is None:  # nothing to look up: the names are enough
+            return Scan(store, None, tuple(sorted((e.name, "") for e in os.scandir(runs)
+                                                  if e.name.endswith(".json") and not e.name.startswith("."))))
+        entries = sorted((e.name, e.stat()) for e in os.scandir(runs) if not e.name.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
+        return Scan(store, cache, ())
+    manifest_path = cache / "stores" / f"{_store_id(store)}.json"
+    known: dict[str, list[Any]] = {}
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads(manifest_path.read_text(encoding="utf-8"))
+        if doc.get("version") == VERSION and doc.get("store") == str(store.resolve()):
+            known = doc["files"]
+    now = time.time()
+    hashes: dict[str, str] = {}
+    recorded: dict[str, list[Any]] = {}
+    for name, st in entries:
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
+        old = known.get(name)
+        if old is not None and old[:3] == stamp:
+            digest = old[3]
+        else:
+            try:
+                digest = hashlib.sha256((runs / name).read_bytes()).hexdigest()
+            except OSError:
+                continue  # gone, or unreadable: the reader says which
+        hashes[name] = digest
+        if now - st.st_mtime_ns / 1e9 > RACY_S:
+            recorded[name] = stamp + [digest]
+    if recorded != known:
+        _write(manifest_path, json.dumps({"version": VERSION, "store": str(store.resolve()),
+                                          "files": recorded}, sort_keys=True).encode())
+    files = []
+    for name, digest in hashes.items():
+        if name.endswith(".json"):
+            side = hashes.get(name[:-len(".json")] + SIDECAR_SUFFIX, "")
+            files.append((name, hashlib.sha256(f"{digest}|{side}".encode()).hexdigest()))
+    return Scan(store, cache, tuple(sorted(files)))
+
+
+def _derived(run: Run) -> Run:
+    """The run as the render needs it: window series in, records out (but
+    what validity.counts reads of them)."""
+    if not any(p.requests for p in run.points):
+        return run
+    points = tuple(dataclasses.replace(p, series=point_series(p), requests=records_counted(p)) if p.requests else p
+                   for p in run.points)
+    return dataclasses.replace(run, points=points)
+
+
+def load(store: Path, found: Scan | None = None) -> Dataset:
+    """The store as ``store.load`` reads it, less the per-request records
+    (their window series kept): cached runs from the cache, the others read
+    and then cached."""
+    found = found if found is not None else scan(store)
+    if not found.files and not (store / store_mod.RUNS).is_dir():
+        return store_mod.load(store)  # the same message for a store that is not one
+    runs: list[Run] = []
+    folder_ = store / store_mod.RUNS
+    code = code_fingerprint() if found.cache is not None else ""
+    with store_mod.quiet_gc():
+        for name, key in found.files:
+            path = folder_ / name
+            # The entry is the run's content as this code derived it: other
+            # code (another findings, another Python) never reads it.
+            key = hashlib.sha256(f"{code}|{key}".encode()).hexdigest()
+            entry = found.cache / "runs" / key[:2] / f"{key}.pickle" if found.cache is not None else None
+            run = _read_pickle(entry) if entry is not None and entry.exists() else None
+            if not _plausible(run, name):
+                run = _derived(store_mod.read_run(path))
+                if entry is not None:
+                    _write(entry, pickle.dumps(dataclasses.replace(run, path=None), protocol=pickle.HIGHEST_PROTOCOL))
+            runs.append(dataclasses.replace(run, path=str(path)))
+    return store_mod.merge(runs)
+
+
+def _plausible(run: object, name: str) -> TypeGuard[Run]:
+    """A cheap check of an unpickled entry's shape (the key already names its
+    content and the code that wrote it)."""
+    return (isinstance(run, Run) and f"{run.run_id}.json" == name
+            and all(type(p) is Point and type(p.metrics) is dict and type(p.concurrency) is int
+                    for p in run.points))
+
+
+def document_key(found: Scan, templates: Path, *parts: object) -> str | None:
+    """The key of one rendered document: the runs, the code, the template
+    files under ``templates`` and ``parts`` (the settings, the document's
+    path); None without a cache."""
+    if found.cache is None:
+        return None
+    h = hashlib.sha256(f"{code_fingerprint()}|{found.key}".encode())
+    _hash_tree(h, templates, "*")
+    for part in parts:
+        h.update(b"\0" + repr(part).encode())
+    return h.hexdigest()
+
+
+def _doc_entry(found: Scan, slot: str) -> Path | None:
+    if found.cache is None:
+        return None
+    name = hashlib.sha256(f"{_store_id(found.store)}|{slot}".encode()).hexdigest()[:32]
+    return found.cache / "documents" / f"{name}.pickle"
+
+
+def get_document(found: Scan, slot: str, key: str | None) -> Any:
+    """The cached value for ``key`` in ``slot`` (one per store and document), or None."""
+    entry = _doc_entry(found, slot)
+    if key is None or entry is None or not entry.exists():
+        return None
+    value = _read_pickle(entry)
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == key:
+        return value[1]
+    return None
+
+
+def put_document(found: Scan, slot: str, key: str | None, value: Any) -> None:
+    entry = _doc_entry(found, slot)
+    if key is not None and entry is not None:
+        _write(entry, pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL))

@@ -1,0 +1,643 @@
+"""The document's content as plain data: prose, tables and facts. Pure.
+
+``build`` takes the dataset and rules and returns a dict that the templates
+only format. Table cells are raw strings; the renderer escapes them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from findings.derive import caveats, regressions
+from findings.decide import deploy
+from findings.core import fmt
+from findings.document import prose, views
+from findings.derive.analysis import SIMULATED_SUFFIX
+from findings.derive import categories
+from findings.derive.analysis import Cell, Comparison, Conclusions, Rules, analysis_workload, cells
+from findings.derive.regressions import campaign_comparisons
+from findings.derive.history import Entry, replay
+from findings.document import openloop as load_present
+from findings.derive import openloop as load_verdicts
+from findings.core.model import THROUGHPUT, Dataset, Point, Scalar
+from findings.derive.validity import counts, flagged
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    align: tuple[str, ...]
+
+
+def _ranges(lines: list[int]) -> str:
+    """[2, 3, 4, 7] -> "2–4, 7"."""
+    spans: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
+
+
+def _scalar(v: Scalar) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return "" if v is None else str(v)
+
+
+class Labels:
+    """Short, stable labels P1, P2, ... for points, in document order, so that
+    every number can be traced to the appendix and from there to the store."""
+
+    def __init__(self, data: Dataset, rules: Rules) -> None:
+        rank = {c.name: i for i, c in enumerate(data.campaigns)}
+        ordered = sorted(data.points, key=lambda p: (rank[p.campaign], analysis_workload(p.workload, p.simulated),
+                                                      p.config != rules.baseline, p.config, p.concurrency, p.id))
+        self.points = ordered
+        self.of = {p.id: f"P{i}" for i, p in enumerate(ordered, start=1)}
+        #: The point ids the document cites, for an appendix of only those.
+        self.cited: set[str] = set()
+
+    def label(self, point_id: str) -> str:
+        self.cited.add(point_id)
+        return self.of[point_id]
+
+    def cell(self, ids: tuple[str, ...]) -> str:
+        self.cited.update(ids)
+        labels = [self.of[i] for i in ids]
+        nums = sorted(int(x[1:]) for x in labels)
+        if len(nums) > 2 and nums[-1] - nums[0] == len(nums) - 1:
+            return f"P{nums[0]}–P{nums[-1]}"
+        return ", ".join(f"P{n}" for n in nums)
+
+
+class Marks:
+    """Why verdicts are not deployment facts (caveats.py): per comparison,
+    from the points on both sides; empty for configs that do not speculate."""
+
+    def __init__(self, data: Dataset, points: dict[str, Point]) -> None:
+        self.points = points
+        self.spec = caveats.speculative_configs(data.configs, data.points)
+        self.seen: set[str] = set()  # every reason marked anywhere in the document
+
+    def reasons(self, comp: Comparison) -> tuple[str, ...]:
+        found = caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, self.spec,
+                                           self.points)
+        self.seen.update(found)
+        return found
+
+    def cell(self, comp: Comparison) -> str:
+        """A verdict cell, with the mark when it applies."""
+        return prose.verdict_cell(comp) + (f" {caveats.MARK}" if self.reasons(comp) else "")
+
+
+def _verdict_table(conclusions: Conclusions, workload: str, labels: Labels, marks: Marks) -> Table | None:
+    wc = conclusions.workload(workload)
+    if wc is None or not wc.candidates:
+        return None
+    headers = ("C",) + tuple(f"{c.config} vs {conclusions.rules.baseline}" for c in wc.candidates)
+    rows = []
+    for conc in wc.concurrencies:
+        row = [str(conc)]
+        for cand in wc.candidates:
+            comp = next((c for c in cand.comparisons if c.concurrency == conc), None)
+            row.append(f"{marks.cell(comp)} ({comp.a.campaign}: {labels.cell(comp.a.point_ids)} vs "
+                       f"{labels.cell(comp.b.point_ids)})" if comp else "—")
+        rows.append(tuple(row))
+    return Table(headers, tuple(rows), ("right",) + ("left",) * len(wc.candidates))
+
+
+#: Marks a throughput whose source does not record how many requests failed.
+UNKNOWN_FAILURES = "†"
+
+
+def _campaign_table(rules: Rules, pts: list[Point], mine: list[Cell], comps: list[Comparison],
+                    flags: dict[str, tuple[str, ...]], labels: Labels, marks: Marks) -> Table:
+    """One campaign's table for one workload: ``pts`` its points, ``mine`` its valid cells."""
+    configs = sorted({p.config for p in pts}, key=lambda n: (n != rules.baseline, n))
+    concs = sorted({p.concurrency for p in pts})
+    by = {(c.config, c.concurrency): c for c in mine}
+    at: dict[tuple[str, int], list[Point]] = {}
+    for p in pts:
+        at.setdefault((p.config, p.concurrency), []).append(p)
+    cands = [n for n in configs if n != rules.baseline and any(x.a.config == n for x in comps)]
+    by_comp = {(x.a.config, x.concurrency): x for x in comps}
+    headers = (("C",) + tuple(f"{n} tok/s" for n in configs) + tuple(f"{n} vs {rules.baseline}" for n in cands)
+               + ("points",))
+    rows = []
+    for conc in concs:
+        row = [str(conc)]
+        ids: list[str] = []
+        for n in configs:
+            cell = by.get((n, conc))
+            here = at.get((n, conc), [])
+            bad = [p for p in here if p.id in flags]
+            mark = f" ⚠ {len(bad)} flagged" if bad else ""
+            if cell is not None and any(counts(p).failures_unknown for p in here if p.id in cell.point_ids):
+                mark = f" {UNKNOWN_FAILURES}{mark}"
+            ids.extend(p.id for p in here)
+            if cell is None:
+                failed = here and all(counts(p).all_failed for p in here)
+                row.append(f"{'n/a, all failed' if failed else '—'}{mark}")
+            elif cell.n > 1:
+                row.append(f"{fmt.tput(cell.mean)} (n={cell.n}, range {cell.spread * 100:.1f}%){mark}")
+            else:
+                row.append(f"{fmt.tput(cell.mean)}{mark}")
+        for n in cands:
+            comp = by_comp.get((n, conc))
+            row.append(marks.cell(comp) if comp else "—")
+        row.append(labels.cell(tuple(ids)))
+        rows.append(tuple(row))
+    return Table(headers, tuple(rows),
+                 ("right",) + ("right",) * len(configs) + ("left",) * len(cands) + ("left",))
+
+
+def _latency_table(vs: list[views.CellView], rules: Rules, spec: set[str], labels: Labels) -> Table | None:
+    if not views.has_latency(vs):
+        return None
+    front = views.pareto(vs)
+
+    def ms(v: views.CellView, key: str) -> str:
+        x = v.get(key)
+        return "—" if x is None else f"{x:.1f}"
+
+    rows = []
+    for v in sorted(vs, key=lambda v: (v.concurrency, v.config != rules.baseline, v.config)):
+        # Per-request verify counts where the server sends them (SGLang), else
+        # the point's own /metrics window (llama.cpp's spec_decode counters).
+        acc = v.get("accept_length")
+        if acc is None:
+            acc = v.get("accept_length_metrics")
+        rows.append((str(v.concurrency), v.config, fmt.tput(v.throughput),
+                     "—" if v.per_user is None else fmt.tput(v.per_user),
+                     f"{ms(v, 'median_ttft_ms')} / {ms(v, 'p99_ttft_ms')}",
+                     f"{ms(v, 'median_tpot_ms')} / {ms(v, 'p99_tpot_ms')}",
+                     f"{acc:.2f}" if acc is not None else ("—" if v.config in spec else ""),
+                     "yes" if (v.config, v.concurrency) in front else "",
+                     labels.cell(v.point_ids)))
+    return Table(("C", "config", "tok/s", "tok/s per user", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
+                  "accept length", "Pareto", "points"), tuple(rows),
+                 ("right", "left", "right", "right", "right", "right", "right", "left", "left"))
+
+
+def _chart(campaign: str, workload: str, mine: list[Cell], rules: Rules) -> dict[str, Any] | None:
+    """``mine``: the valid cells of this campaign and workload."""
+    xs = sorted({c.concurrency for c in mine})
+    if len(xs) < 2:
+        return None
+    by = {(c.config, c.concurrency): c.mean for c in mine}
+    configs = sorted({c.config for c in mine}, key=lambda n: (n != rules.baseline, n))
+    plotted = [n for n in configs if all((n, x) in by for x in xs)]
+    if not plotted:
+        return None
+    series = [(n, [by[(n, x)] for x in xs]) for n in plotted]
+    return {
+        "block": views.mermaid_xychart(f"{campaign}: {workload}, output tok/s by concurrency", xs, series),
+        "legend": plotted,
+        "colours": views.colour_names(len(plotted)),
+        "left_out": [n for n in configs if n not in plotted],
+        # For the optional SVG plot: every config, gaps where it was not measured.
+        "xs": xs,
+        "all_series": [(n, [by.get((n, x)) for x in xs]) for n in configs],
+        "title": f"{campaign}: {workload}",
+    }
+
+
+def _category_table(pts: list[Point], spec: frozenset[str]) -> Table | None:
+    """Per dataset category of a mixed prompt set (more than one category at a point)."""
+    rows = categories.rows(pts, spec)
+    if len({r.category for r in rows}) < 2:
+        return None
+    return Table(categories.HEADERS, categories.table_rows(rows), categories.ALIGN)
+
+
+def _latest_views(wc_cells: list[Cell], points: dict[str, Point]) -> list[views.CellView]:
+    """Each config's latest valid cell at each C, as latency views."""
+    latest: dict[tuple[str, int], Cell] = {}
+    for c in wc_cells:
+        key = (c.config, c.concurrency)
+        if key not in latest or c.rank > latest[key].rank:
+            latest[key] = c
+    return views.cell_views(latest.values(), points)
+
+
+def _goodput(vs: list[views.CellView], slo: views.Slo) -> list[str]:
+    """Per config: the best throughput meeting the SLO."""
+    out = []
+    for g in views.goodput(vs, slo):
+        if g.unknown:
+            out.append(f"{fmt.code(g.config)}: no latency percentiles were measured, so the SLO cannot be judged.")
+        elif g.best is None:
+            out.append(f"{fmt.code(g.config)}: meets the SLO at no measured concurrency.")
+        else:
+            out.append(f"{fmt.code(g.config)}: best {fmt.tput(g.best.throughput)} tok/s within the SLO "
+                       f"(C={g.best.concurrency}, campaign {fmt.code(g.best.campaign)}); largest C within the "
+                       f"SLO: {g.largest_c}.")
+    return out
+
+
+def _slo_line(vs: list[views.CellView], slo: views.Slo) -> str | None:
+    known = [g for g in views.goodput(vs, slo) if g.best is not None]
+    if not known:
+        return None
+    ranked = sorted(known, key=lambda g: -(g.best.throughput if g.best else 0))
+    top = ranked[0]
+    assert top.best is not None
+    text = (f"under the SLO ({slo.describe()}), {fmt.code(top.config)} delivers the most: "
+            f"{fmt.tput(top.best.throughput)} tok/s at C={top.best.concurrency}")
+    if len(ranked) > 1 and ranked[1].best is not None:
+        text += (f", against {fmt.tput(ranked[1].best.throughput)} tok/s for {fmt.code(ranked[1].config)} "
+                 f"(C={ranked[1].best.concurrency})")
+    return text + "."
+
+
+def _sources(points: list[Point], data: Dataset) -> list[str]:
+    by_run: dict[str, list[Point]] = {}
+    for p in points:
+        by_run.setdefault(p.run_id, []).append(p)
+    runs = {r.run_id: r for r in data.runs}
+    out = []
+    for run_id in sorted(by_run):
+        pts = by_run[run_id]
+        run = runs.get(run_id)
+        lines = [p.source_line for p in pts if p.source_line is not None]
+        where = f", lines {_ranges(lines)}" if lines else ""
+        what = f"{run.source} via {run.importer} v{run.importer_version}" if run else "?"
+        src = run.source_file if run and run.source_file else "(no file)"
+        out.append(f"run {run_id}: {what}, {src}{where}, {len(pts)} points")
+    return out
+
+
+def _environment(data: Dataset, limit: int) -> Table:
+    facts: dict[str, dict[str, set[str]]] = {}
+    run_campaigns = {r.run_id: sorted({c.name for c in r.campaigns}) for r in data.runs}
+    for run in data.runs:
+        for k, v in run.environment.items():
+            facts.setdefault(k, {}).setdefault(_scalar(v), set()).update(run_campaigns[run.run_id])
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    rows = []
+    for k in sorted(facts):
+        for value in sorted(facts[k]):
+            rows.append((k, value, _campaign_names(facts[k][value], rank, limit)))
+    return Table(("Fact", "Value", "Campaigns"), tuple(rows), ("left", "left", "left"))
+
+
+def _campaign_names(names: set[str], rank: dict[str, int], limit: int) -> str:
+    """All names, or beyond ``limit`` (0: no limit) the count and the first and last in replay order."""
+    if not limit or len(names) <= limit:
+        return ", ".join(sorted(names))
+    ordered = sorted(names, key=lambda n: rank.get(n, -1))
+    return f"{len(names)} campaigns, from {ordered[0]} to {ordered[-1]}"
+
+
+#: Facts kept in the store but too long or too minor for the document's table.
+QUIET_FACTS = frozenset({
+    "launch", "launch_command", "attention_backend", "chunked_prefill_size", "cuda_graph_max_bs", "dp_size",
+    "ep_size", "pp_size", "mem_fraction_static", "enable_metrics", "served_model_name", "kv_cache_dtype",
+    "enable_dp_attention", "enable_multi_layer_eagle", "enable_two_batch_overlap", "enable_pdmux",
+})
+
+
+def _configs(data: Dataset, rules: Rules) -> Table:
+    names = sorted({p.config for p in data.points}, key=lambda n: (n != rules.baseline, n))
+    rows = []
+    for n in names:
+        facts = data.configs.get(n, {})
+        text = "; ".join(f"{k}: {_scalar(v)}" for k, v in sorted(facts.items())
+                         if _scalar(v) != "" and k not in QUIET_FACTS)
+        rows.append((n, text or "(no facts recorded)"))
+    return Table(("Config", "Facts"), tuple(rows), ("left", "left"))
+
+
+def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], list[str], dict[str, Any] | None]:
+    """The entries that changed something and the names of those that did not;
+    beyond ``limit`` (0: no limit) only the latest of each, and a summary of
+    the rest."""
+    changed: list[dict[str, Any]] = []
+    unchanged: list[str] = []
+    for e in entries:
+        if e.changes:
+            changed.append({"number": len(changed) + 1, "campaign": e.campaign.name, "when": e.campaign.when,
+                            "changes": [{"text": c.text, "facts": c.provenance_text} for c in e.changes]})
+        else:
+            unchanged.append(e.campaign.name)
+    if not limit or (len(changed) <= limit and len(unchanged) <= limit):
+        return changed, unchanged, None
+    earlier = {"changed": max(0, len(changed) - limit), "unchanged": max(0, len(unchanged) - limit),
+               "first": entries[0].campaign.name}
+    return changed[-limit:], unchanged[-limit:], earlier
+
+
+def _regressions(moves: list[regressions.Move], earlier: int, cli: str) -> dict[str, Any]:
+    """The "Regressions and improvements" section: the steps as a table, and
+    the moves beyond the band left as drift, each with why."""
+    steps = [m for m in moves if m.is_step]
+    rows = tuple((m.workload, m.config, f"{m.kind} {fmt.pct(m.ratio - 1)}",
+                  regressions.c_range(list(m.concurrency), len(m.ratios)),
+                  f"{m.previous_campaign} → {m.campaign}",
+                  regressions.describe_facts(m.facts_changed) or "none recorded",
+                  m.reason) for m in steps)
+    table = Table(("Workload", "Config", "Change", "C", "Campaigns", "Recorded facts that changed", "Called because"),
+                  rows, ("left",) * 7)
+    drifts = [m for m in moves if m.kind == regressions.DRIFT]
+    latest = sorted(sorted(drifts, key=lambda m: -m.rank)[:DRIFT_LISTED],
+                    key=lambda m: (m.workload, m.config, m.rank))
+    drift = [f"{fmt.code(m.config)} on {fmt.code(m.workload)}, {fmt.code(m.previous_campaign)} → "
+             f"{fmt.code(m.campaign)}: {m.per_c()}; {fmt.text(m.reason)}" for m in latest]
+    return {"steps": table if steps else None, "drift": drift, "earlier": earlier,
+            "drift_total": len(drifts),
+            "suspect": [f"{fmt.code(m.workload)}: {regressions.suspect_sentence(m, fmt.code, cli)}"
+                        for m in moves if m.suspect]}
+
+
+def _questions(data: Dataset, rules: Rules, done: regressions.Concluded, cli: str) -> list[dict[str, str]]:
+    """The "Open questions" section: each question in one line, and the
+    commands that answer it (findings plan, then findings bench)."""
+    from findings.decide import plan
+    recorded = {p.config for r in data.runs if any(i.role == "matrix" for i in r.extra_inputs) for p in r.points}
+    out = []
+    for q in plan.questions(data, rules, done):
+        src = "" if set(q.configs) <= recorded else " --from-matrix MATRIX.toml"
+        until = " --until-decided" if q.kind == "undecided" else ""
+        command = (f"{cli} plan --workload {shlex.quote(q.base_workload)} "
+                   f"--config {shlex.quote(q.config)} --kind {q.kind}{src} --output build/plan.toml && "
+                   f"{cli} bench build/plan.toml{until}")
+        out.append({"line": plan.line(q), "command": command})
+    return out
+
+
+#: Moves left as drift listed in the document (the latest; the JSON has them all).
+DRIFT_LISTED = 12
+
+
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
+LAUNCH = {"sglang": "python -m sglang.launch_server --model-path MODEL", "vllm": "vllm serve MODEL"}
+
+
+def _load_of(p: Point) -> str:
+    rate = p.workload_params.get("request_rate")
+    return f"{rate:g} req/s" if isinstance(rate, (int, float)) else str(p.workload_params.get("load"))
+
+
+def _deploy_block(d: deploy.Deployment) -> dict[str, Any]:
+    """One candidate's Deploy block: per engine its status and reason, and for
+    flags a launch line to paste (``findings deploy`` emits the same)."""
+    engines = []
+    for e in d.engines:
+        lines = [LAUNCH[e.engine]] + list(e.flags) if e.flags else []
+        engines.append({
+            "name": ENGINE_NAMES[e.engine], "status": e.status, "reason": e.reason,
+            "launch": " \\\n    ".join(lines) if lines else None,
+            "file": e.file,
+            "json": json.dumps(dict(e.config), separators=(", ", ": ")) if e.config is not None and e.engine == "sglang"
+            else None,
+            "notes": list(e.notes),
+        })
+    where = (f"threshold running batch {d.threshold} (at {d.threshold_rate:g} req/s)"
+             if d.threshold_rate is not None and d.threshold else f"threshold C={d.threshold}" if d.threshold else None)
+    return {"config": d.config, "policy": d.policy, "threshold": d.threshold, "threshold_text": where,
+            "notes": list(d.notes), "engines": engines}
+
+
+def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool) -> Table:
+    runs = {r.run_id: r for r in data.runs}
+    rows = []
+    for p in labels.points:
+        if only_cited and p.id not in labels.cited:
+            continue
+        run = runs.get(p.run_id)
+        src = (run.source_file if run and run.source_file else p.source)
+        where = f"{src}:{p.source_line}" if p.source_line is not None else str(src)
+        rows.append((labels.of[p.id], p.id, p.campaign, analysis_workload(p.workload, p.simulated), p.config,
+                     str(p.concurrency), fmt.tput(p.metrics[THROUGHPUT]) if THROUGHPUT in p.metrics else "n/a",
+                     counts(p).describe(), where, "; ".join(flags.get(p.id, ()))))
+    return Table(("label", "point id", "campaign", "workload", "config", "C", "tok/s", "requests", "source",
+                  "flagged"), tuple(rows),
+                 ("left", "left", "left", "left", "left", "right", "right", "left", "left", "left"))
+
+
+def build(data: Dataset, rules: Rules, title: str, store_label: str,
+          slo: views.Slo = views.Slo(), detail: int = 0, amendments: Sequence[str] = (),
+          cli: str | None = None) -> dict[str, Any]:
+    """The document's content. ``detail``: how many of the latest campaigns
+    get a section of their own (0: all); lists that grow with the number of
+    campaigns (history, campaign names, flagged points, cross-checks, the
+    appendix) stop at the same number, so the document stays readable, and
+    quick to render, however long the store's history. ``cli``: ``findings``
+    with the options that run the document's commands from the repository
+    root (default: ``findings --store STORE``)."""
+    cli = cli or f"findings --store {shlex.quote(store_label)}"
+    shown = data.campaigns[-detail:] if detail else data.campaigns
+    hidden = data.campaigns[:len(data.campaigns) - len(shown)]
+    shown_names = {c.name for c in shown}
+    flags = flagged(data, rules.gates)
+    valid = cells(data, rules, flags)
+    done = regressions.conclude_with_steps(data, rules, valid)
+    flags, valid = {**flags, **done.suspect_flags}, done.cells  # suspect levels: marked, in no verdict
+    found, tables, conclusions = done.moves, done.tables, done.conclusions
+    entries = replay(data, rules, valid, found)
+    comps = campaign_comparisons(data, rules, valid, shown_names, tables)
+    labels = Labels(data, rules)
+    points = {p.id: p for p in data.points}
+    marks = Marks(data, points)
+    open_loop = load_verdicts.conclude(data, rules, flags)
+    deployments = deploy.plan(data, conclusions, open_loop=open_loop)
+    spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
+            not in ("none", "", "null")}
+    by_campaign: dict[str, dict[str, list[Point]]] = {}
+    for p in data.points:
+        if load_verdicts.open_loop(p) is not None:
+            continue  # judged on a rate axis: the open-loop sections
+        by_campaign.setdefault(p.campaign, {}).setdefault(analysis_workload(p.workload, p.simulated), []).append(p)
+    valid_at: dict[tuple[str, str], list[Cell]] = {}
+    valid_of: dict[str, list[Cell]] = {}
+    for cell in valid:
+        valid_at.setdefault((cell.campaign, cell.workload), []).append(cell)
+        valid_of.setdefault(cell.workload, []).append(cell)
+    bad_points = [p for p in labels.points if p.id in flags]
+    workloads = []
+    for wc in conclusions.workloads:
+        latest = _latest_views(valid_of.get(wc.workload, []), points)
+        bad = [p for p in bad_points if analysis_workload(p.workload, p.simulated) == wc.workload]
+        left_out = [f"{labels.label(p.id)} ({p.config}, C={p.concurrency}, campaign {p.campaign}): "
+                    f"{'; '.join(flags[p.id])}"
+                    for p in bad if p.campaign in shown_names]
+        if len(left_out) < len(bad):
+            more = len(bad) - len(left_out)
+            left_out.append(f"{more} flagged {'point' if more == 1 else 'points'} of the {len(hidden)} earlier "
+                            f"campaigns, not listed here (findings conclusions --json lists every flagged point)")
+        cands = [replace(c, cross=tuple(x for x in c.cross if x.b.campaign in shown_names)) if hidden else c
+                 for c in wc.candidates]
+        policies = []
+        for cand in wc.candidates:
+            why = sorted({r for comp in cand.comparisons for r in marks.reasons(comp)})
+            policies.append(prose.policy(cand) + (f" {caveats.MARK} Measured {fmt.text(caveats.describe(why))}: "
+                                               "not a deployment fact." if why else ""))
+        workloads.append({
+            "name": wc.workload,
+            "simulated": wc.simulated,
+            "baseline_measured": wc.baseline_measured,
+            # Measured, but every such point failed a validity gate.
+            "baseline_flagged": not wc.baseline_measured and any(p.config == rules.baseline for p in bad),
+            "latency": prose.latency(wc),
+            "throughput": prose.throughput(wc),
+            "slo": _slo_line(latest, slo) if slo.set else None,
+            "goodput": _goodput(latest, slo) if slo.set else [],
+            "policies": policies,
+            "baseline_moved": [done.baseline_moved[wc.workload][c.config].sentence(fmt.code, fmt.text)
+                               for c in wc.candidates if c.config in done.baseline_moved.get(wc.workload, {})],
+            "suspect": [regressions.suspect_sentence(m, fmt.code, cli) for m in done.suspect
+                        if m.workload == wc.workload],
+            "deploy": [_deploy_block(d) for d in deployments if d.workload == wc.workload],
+            "cross_checks": [x for c in cands if (x := prose.cross_check(c))],
+            "verdicts": _verdict_table(conclusions, wc.workload, labels, marks),
+            "left_out": left_out,
+        })
+    campaigns = []
+    for c in shown:
+        mine_by_workload = by_campaign.get(c.name, {})
+        pts = [p for wpts in mine_by_workload.values() for p in wpts]
+        sections = []
+        for w in sorted(mine_by_workload):
+            wpts = mine_by_workload[w]
+            notes = sorted({f"{p.config} at C={p.concurrency}: {p.note}" for p in wpts if p.note})
+            mine = valid_at.get((c.name, w), [])
+            table = _campaign_table(rules, wpts, mine, comps.get((c.name, w), []), flags, labels, marks)
+            sections.append({
+                "name": w,
+                "table": table,
+                "unknown_failures": any(counts(p).failures_unknown for p in wpts),
+                "caveat": caveats.describe(caveats.verdict_reasons(
+                    [p.id for p in wpts if p.config in marks.spec], points)) if any(
+                    caveats.MARK in cell for row in table.rows for cell in row) else None,
+                "notes": notes,
+                "flagged": [f"{labels.label(p.id)} ({p.config}, C={p.concurrency}): {'; '.join(flags[p.id])}"
+                            for p in sorted(wpts, key=lambda p: labels.of[p.id]) if p.id in flags],
+                "chart": _chart(c.name, w, mine, rules),
+                "latency": _latency_table(views.cell_views(mine, points), rules, spec, labels),
+                "categories": _category_table(wpts, marks.spec),
+            })
+        campaigns.append({
+            "name": c.name,
+            "when": c.when,
+            "simulated": any(p.simulated for p in pts),
+            "workloads": sections,
+            "sources": _sources(pts, data),
+        })
+    families = categories.families(data.points)
+    by_category = [d.sentence() for d in categories.differences(conclusions, families, SIMULATED_SUFFIX)]
+    category_tables = []
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    family_campaign = categories.latest_campaigns(data.points, families, rank)
+    for label, members in sorted(families.items()):
+        camp = family_campaign.get(label)
+        rows = categories.family_rows(data.points, members, camp, marks.spec) if camp else ()
+        if rows:
+            category_tables.append({"set": label, "campaign": camp,
+                                    "table": Table(categories.FAMILY_HEADERS, rows, categories.FAMILY_ALIGN)})
+    history, unchanged, earlier = _history(entries, detail)
+    hidden_campaigns = None
+    if hidden:
+        hidden_campaigns = {"count": len(hidden), "shown": len(shown), "first": hidden[0].name,
+                            "first_when": hidden[0].when, "last": hidden[-1].name, "last_when": hidden[-1].when,
+                            "points": sum(len(p) for c in hidden for p in by_campaign.get(c.name, {}).values())}
+    appendix = _appendix(labels, flags, data, only_cited=bool(hidden))
+    moves_shown = [m for m in found if m.campaign in shown_names]
+    n_unknown = sum(1 for p in data.points if counts(p).failures_unknown)
+    return {
+        "title": title,
+        "store": store_label,
+        "n_points": len(data.points),
+        "n_campaigns": len(data.campaigns),
+        "n_runs": len(data.runs),
+        "n_flagged": len(flags),
+        "n_failures_unknown": n_unknown,
+        "n_all_failed": sum(1 for p in data.points if counts(p).all_failed),
+        "caveat": caveats.EXPLANATION if marks.seen else None,
+        "caveat_mark": caveats.MARK,
+        "unknown_mark": UNKNOWN_FAILURES,
+        "any_simulated": any(p.simulated for p in data.points),
+        "baseline": rules.baseline,
+        "floor": fmt.band(rules.noise_floor),
+        "floor_pct": f"{rules.noise_floor * 100:.1f}%",
+        "confidence_pct": f"{rules.confidence * 100:g}%",
+        "resamples": rules.resamples,
+        "drift_window": rules.drift_window,
+        "drift_cap": fmt.band(rules.drift_cap),
+        "suspect_ratio": f"{regressions.SUSPECT_RATIO:g}",
+        "amendments": list(amendments),
+        "interval": rules.interval,
+        "gates": {"failed": f"{rules.gates.max_failed_fraction:.0%}", "lag": f"{rules.gates.max_client_lag_ms:g} ms",
+                  "cpu": f"{rules.gates.max_client_cpu:.0%}"},
+        "slo": slo.describe() if slo.set else None,
+        "workloads": workloads,
+        "open_loop": [
+            {**section, "deploy": [_deploy_block(d) for d in deployments if d.workload == section["key"]],
+             "rate_table": Table(**section["rate_table"]) if section["rate_table"] else None,
+             "verdict_table": Table(**section["verdict_table"]) if section["verdict_table"] else None,
+             "replay_table": Table(**section["replay_table"]) if section["replay_table"] else None,
+             "left_out": [f"{labels.label(p.id)} ({p.config}, {_load_of(p)}, campaign {p.campaign}): "
+                          f"{'; '.join(flags[p.id])}" for p in bad_points
+                          if analysis_workload(p.workload, p.simulated) == section["key"]]}
+            for section in load_present.sections(open_loop)],
+        "by_category": by_category,
+        "category_tables": category_tables,
+        "history": history,
+        "unchanged": unchanged,
+        "history_earlier": earlier,
+        "hidden_campaigns": hidden_campaigns,
+        "environment": _environment(data, detail),
+        "configs": _configs(data, rules),
+        "campaigns": campaigns,
+        "appendix": appendix,
+        "appendix_left_out": len(data.points) - len(appendix.rows),
+        "regressions": _regressions(moves_shown, len(found) - len(moves_shown), cli),
+        "questions": _questions(data, rules, done, cli),
+    }
+
+
+def versus_best(data: Dataset, rules: Rules, workload: str, config: str, others: list[str]) -> Table:
+    """``config`` against the better of ``others`` at each C, in the latest
+    campaign that measured ``config`` on ``workload``: paired, judged like any
+    verdict (same band, same intervals). For a document that checks a derived
+    policy against the configs it was derived from (docs/vllm-cpu.md)."""
+    valid = cells(data, rules)
+    mine = [c for c in valid if c.workload == workload and c.config == config]
+    if not mine:
+        return Table(("C",), (), ("right",))
+    camp = max(mine, key=lambda c: c.rank).campaign
+    table = regressions.tables(data, rules, valid)[workload]
+    names = [*others, config]
+    rows = []
+    for conc in table.concurrencies:
+        here = {n: table.cells_of(n, conc).get(camp) for n in names}
+        a = here[config]
+        rivals = [c for o in others if (c := here[o]) is not None]
+        if a is None or not rivals:
+            continue
+        best = max(rivals, key=lambda c: c.mean)
+        comp = table.compare_cells(a, best)
+        row = [str(conc)] + [fmt.tput(c.mean) if (c := here[n]) is not None else "—" for n in names]
+        row += [best.config, prose.verdict_cell(comp) if comp else "—"]
+        rows.append(tuple(row))
+    return Table(("C",) + tuple(f"{n} tok/s" for n in names) + ("better of the others", f"{config} vs it"),
+                 tuple(rows), ("right",) * (len(names) + 1) + ("left", "left"))
+
+
+def template_functions(data: Dataset, rules: Rules) -> dict[str, Any]:
+    """Template globals that need the analysis: ``versus_best`` and ``fact``
+    (a config's recorded fact, or None)."""
+    def _versus(workload: str, config: str, others: list[str]) -> Table:
+        return versus_best(data, rules, workload, config, others)
+
+    def _fact(config: str, key: str) -> Scalar:
+        return data.configs.get(config, {}).get(key)
+
+    return {"versus_best": _versus, "fact": _fact}

@@ -1,0 +1,191 @@
+"""What a name stands for, and the refusals when a new run says otherwise.
+
+Pure: functions of runs, no I/O. The store's writer asks before anything is
+written (findings/store/__init__.py), so a mislabelled import is refused with one
+line naming the differing keys, instead of being pooled (D89):
+
+- a **workload** name has one definition across the store: input and output
+  lengths, the prompt set or dataset hash, ``ignore_eos``, the API;
+- within one **campaign**, a config name has one set of **facts**
+  (facts may change between campaigns: that is how regressions are explained);
+- the **baseline** does not speculate by its recorded facts.
+
+A key recorded by one side only is unknown on the other, never a
+difference: a hand-made table that records no lengths is never refused
+against a runner's points that do.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from findings.core.model import Run, Scalar
+
+#: Workload keys every tool means the same by: (our key, the tools' keys).
+NEUTRAL = (
+    ("input_len", ("input_len", "random_input_len")),
+    ("output_len", ("output_len", "random_output_len", "sharegpt_output_len")),
+    ("ignore_eos", ("ignore_eos",)),
+    ("dataset_sha256", ("dataset_sha256",)),
+)
+#: Keys compared only between runs of the same importer, whose names for a
+#: prompt set or an API are their own (sglang's "random" is findings'
+#: "random-ids"; vLLM's "openai" endpoint is findings' "openai-completions").
+OWN = ("prompts", "dataset", "dataset_name", "dataset_file", "api", "endpoint_type", "backend",
+       "random_range_ratio", "multi_turn", "max_turns", "dataset_category", "tool")
+#: Facts that name where and when a server ran, not what it is: a config
+#: relaunched on another port (a campaign continued with --append) is the same.
+VOLATILE_FACTS = frozenset({"launch_command", "launch", "emulator_speed"})
+#: speculative_algorithm values that mean "no speculation".
+NO_SPECULATION = frozenset({"", "none", "null", "false", "off", "disabled"})
+
+
+def _bool(v: Scalar) -> Scalar:
+    if isinstance(v, str) and v.lower() in ("true", "false", "1", "0", "yes", "no"):
+        return v.lower() in ("true", "1", "yes")
+    return v
+
+
+def _number(v: Scalar) -> Scalar:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return v
+        return int(f) if f.is_integer() else f
+    return v
+
+
+def definition(importer: str, params: Mapping[str, Scalar]) -> dict[str, Scalar]:
+    """A point's workload definition, in comparable keys."""
+    out: dict[str, Scalar] = {}
+    for ours, theirs in NEUTRAL:
+        for key in theirs:
+            if params.get(key) is not None:
+                v = params[key]
+                out[ours] = _bool(v) if ours == "ignore_eos" else _number(v) if ours.endswith("_len") else v
+                break
+    for key in OWN:
+        if params.get(key) is not None:
+            out[f"{importer}:{key}"] = params[key]
+    return out
+
+
+def workload_definitions(run: Run) -> dict[str, dict[str, set[Scalar]]]:
+    """{workload: {key: the values the run's points give it}}."""
+    out: dict[str, dict[str, set[Scalar]]] = {}
+    for p in run.points:
+        here = out.setdefault(p.workload, {})
+        for k, v in definition(run.importer, p.workload_params).items():
+            here.setdefault(k, set()).add(v)
+    return out
+
+
+def _show(key: str, v: Scalar) -> str:
+    return f"{key.split(':', 1)[-1]}={v!r}" if isinstance(v, str) else f"{key.split(':', 1)[-1]}={v}"
+
+
+class Known:
+    """What the stored runs say the names stand for, built in one pass: each
+    workload key's latest-written definition, and each (config, campaign)'s
+    facts as first stored (a write keeps them agreeing)."""
+
+    def __init__(self, runs: Iterable[Run] = ()) -> None:
+        #: (workload, key) -> ((created_at, run_id), values)
+        self.definitions: dict[tuple[str, str], tuple[tuple[str, str], set[Scalar]]] = {}
+        #: (config, campaign) -> key -> (value, run_id)
+        self.facts: dict[tuple[str, str], dict[str, tuple[Scalar, str]]] = {}
+        for run in runs:
+            self.add(run)
+
+    def add(self, run: Run) -> None:
+        when = (run.created_at, run.run_id)
+        for name, keys in workload_definitions(run).items():
+            for key, values in keys.items():
+                old = self.definitions.get((name, key))
+                if old is None or old[0] < when:
+                    self.definitions[name, key] = (when, values)
+        for pair in measured(run):
+            here = self.facts.setdefault(pair, {})
+            for key, value in facts_of(run, *pair).items():
+                here.setdefault(key, (value, run.run_id))
+
+    def workload_conflicts(self, run: Run) -> list[str]:
+        """Why ``run`` redefines a workload name (or defines one twice itself):
+        one phrase per differing key; empty when it does not."""
+        mine = workload_definitions(run)
+        out: list[str] = []
+        for name, keys in sorted(mine.items()):
+            for key, values in sorted(keys.items()):
+                if len(values) > 1:
+                    shown = ", ".join(sorted(_show(key, v) for v in values))
+                    out.append(f"workload {name!r}: this file gives it several definitions ({shown})")
+                    continue
+                old = self.definitions.get((name, key))
+                if old is not None and values != old[1]:
+                    (v,) = values
+                    was = ", ".join(sorted(_show(key, x) for x in old[1]))
+                    out.append(f"workload {name!r}: {_show(key, v)} here, {was} in run {old[0][1]}")
+        return out
+
+    def facts_conflicts(self, run: Run) -> list[str]:
+        """Why ``run`` gives a config other facts than the store gives it in
+        the same campaign: one phrase per (config, campaign)."""
+        out: list[str] = []
+        for config, campaign in sorted(measured(run)):
+            theirs = self.facts.get((config, campaign))
+            if not theirs:
+                continue
+            facts = facts_of(run, config, campaign)
+            differ = sorted((k for k in facts.keys() & theirs.keys() if facts[k] != theirs[k][0]),
+                            key=lambda k: (not k.startswith("speculative"), k))
+            if differ:
+                shown = "; ".join(f"{k}={facts[k]!r} here, {theirs[k][0]!r} in run {theirs[k][1]}"
+                                  for k in differ[:3])
+                more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
+                out.append(f"config {config!r} in campaign {campaign!r}: {shown}{more}")
+        return out
+
+
+def workload_conflicts(stored: Iterable[Run], run: Run) -> list[str]:
+    """``Known(stored).workload_conflicts(run)``. A key's stored definition
+    is the one of the latest-written run that records it, so a change stored
+    with ``--allow-workload-change`` defines the name from then on."""
+    return Known(stored).workload_conflicts(run)
+
+
+def facts_conflicts(stored: Iterable[Run], run: Run) -> list[str]:
+    """``Known(stored).facts_conflicts(run)``."""
+    return Known(stored).facts_conflicts(run)
+
+
+def facts_of(run: Run, config: str, campaign: str) -> dict[str, Scalar]:
+    facts = dict(run.configs.get(config, {}))
+    facts.update(run.campaign_configs.get(campaign, {}).get(config, {}))
+    return {k: v for k, v in facts.items() if k not in VOLATILE_FACTS}
+
+
+def measured(run: Run) -> set[tuple[str, str]]:
+    return {(p.config, p.campaign) for p in run.points}
+
+
+def speculates(facts: Mapping[str, Scalar]) -> str | None:
+    """The speculative algorithm the facts record, or None when they record none."""
+    algo = facts.get("speculative_algorithm")
+    if algo is None or str(algo).strip().lower() in NO_SPECULATION:
+        return None
+    return str(algo)
+
+
+def baseline_conflicts(run: Run, baseline: str) -> list[str]:
+    """The baseline's campaigns in which its recorded facts say it speculates."""
+    out = []
+    for config, campaign in sorted(measured(run)):
+        if config == baseline:
+            algo = speculates(facts_of(run, config, campaign))
+            if algo is not None:
+                out.append(f"config {baseline!r} is the baseline, but its recorded facts in campaign "
+                           f"{campaign!r} say speculative_algorithm={algo}")
+    return out

@@ -1,0 +1,396 @@
+"""The versioned on-disk schema of a run file, and its validation.
+
+This is the file boundary: everything read from the store is checked here and
+turned into frozen dataclasses; nothing unchecked goes further in. The format
+is documented in docs/store.md; change both together.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable, Mapping
+
+from findings.core.errors import StoreError
+from findings.core.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run, Scalar, Sidecar
+
+#: The version this tool writes. Readers migrate older versions and refuse
+#: newer ones. History:
+#:   1: one ``source_file`` {path, sha256} per run.
+#:   2: ``inputs``: every file the run was made from, hashed, with its role
+#:      (data, configs, environment, matrix), so that provenance covers the
+#:      configs table and environment file an ingest also read.
+#:   3: ``campaign_configs``: facts true of a config in one campaign only.
+#:   4: ``requests``: the per-request records of the points move to a
+#:      sidecar file next to the run file (``<run_id>.requests.json.gz``),
+#:      hashed from the run file; inline records still read.
+SCHEMA_VERSION = 4
+KIND = "findings-run"
+#: A run's sidecar of per-request records: ``runs/<run_id>`` + this.
+SIDECAR_SUFFIX = ".requests.json.gz"
+SIDECAR_KIND = "findings-requests"
+
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
+#: Beyond this magnitude a float may be an integer that a fast JSON parser
+#: (orjson: 64-bit integers only) turned into a float; see run_from_dict.
+_BIG = 2.0 ** 63
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_FLOAT = {float}
+
+def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 knew only the main source file: it becomes the one input."""
+    out = dict(doc)
+    src = out.pop("source_file", None)
+    inputs = []
+    if isinstance(src, dict):
+        inputs.append({"path": src.get("path"), "sha256": src.get("sha256"), "role": "data"})
+    out["inputs"] = inputs
+    out["schema_version"] = 2
+    return out
+
+
+#: Migrations from version N to N+1, applied in turn: {N: function}.
+def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 kept facts per config for the whole run: they hold in every
+    campaign in which the run measured that config, which is what a run
+    without ``campaign_configs`` means in version 3 too."""
+    out = dict(doc)
+    out["schema_version"] = 3
+    return out
+
+
+def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 kept per-request records inline in the points, which
+    version 4 still reads: nothing to change."""
+    out = dict(doc)
+    out["schema_version"] = 4
+    return out
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+
+
+def finite(v: int | float) -> bool:
+    """A number a float can hold: not NaN or infinite, and no int beyond float range."""
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
+def valid_date(text: str) -> bool:
+    if not _DATE.fullmatch(text):
+        return False
+    y, m, d = (int(x) for x in text.split("-"))
+    return 1 <= m <= 12 and 1 <= d <= 31 and y >= 1970
+
+
+def valid_name(text: str) -> bool:
+    return bool(_NAME.match(text)) and text.strip() == text
+
+
+def point_id(run_id: str, index: int) -> str:
+    return f"{run_id}/{index}"
+
+
+def run_to_dict(run: Run, sidecar: Sidecar | None = None) -> dict[str, Any]:
+    """The JSON-ready form of a run, keys in a fixed order. With ``sidecar``,
+    the per-request records are left out of the points and the run names
+    the file that holds them."""
+    points = []
+    for p in run.points:
+        d: dict[str, Any] = {
+            "campaign": p.campaign,
+            "config": p.config,
+            "workload": p.workload,
+            "concurrency": p.concurrency,
+            "metrics": dict(sorted(p.metrics.items())),
+        }
+        if p.workload_params:
+            d["workload_params"] = dict(sorted(p.workload_params.items()))
+        if p.source_line is not None:
+            d["source_line"] = p.source_line
+        if p.note:
+            d["note"] = p.note
+        if p.requests is not None and sidecar is None:
+            d["requests"] = p.requests
+        points.append(d)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
+        "run_id": run.run_id,
+        "source": run.source,
+        "importer": {"name": run.importer, "version": run.importer_version},
+        "tool_version": run.tool_version,
+        "created_at": run.created_at,
+        "inputs": [{"path": run.source_file, "sha256": run.source_sha256, "role": "data"}]
+        + [{"path": i.path, "sha256": i.sha256, "role": i.role} for i in run.extra_inputs],
+        "line_hashes": sorted(run.line_hashes),
+        "provenance": dict(sorted(run.provenance.items())),
+        "environment": dict(sorted(run.environment.items())),
+        "campaigns": [
+            {"name": c.name, "date": c.date, "order": c.order} for c in run.campaigns
+        ],
+        "configs": {k: dict(sorted(v.items())) for k, v in sorted(run.configs.items())},
+        **({"campaign_configs": {c: {k: dict(sorted(v.items())) for k, v in sorted(cfgs.items())}
+                                 for c, cfgs in sorted(run.campaign_configs.items())}}
+           if run.campaign_configs else {}),
+        **({"requests": {"file": sidecar.file, "sha256": sidecar.sha256, "points": list(sidecar.points)}}
+           if sidecar is not None else {}),
+        "points": points,
+    }
+
+
+class _Reader:
+    """Field checks that name the file and the JSON path of the fault."""
+
+    def __init__(self, path: str, big_floats: bool = True) -> None:
+        self.path = path
+        self.big_floats = big_floats
+        self.names: set[str] = set()  # names already found valid
+
+    def fail(self, where: str, message: str) -> StoreError:
+        return StoreError(f"{self.path}: field '{where}': {message}")
+
+    def obj(self, v: Any, where: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(where, "expected an object")
+        return v
+
+    def array(self, v: Any, where: str) -> list[Any]:
+        if not isinstance(v, list):
+            raise self.fail(where, "expected a list")
+        return v
+
+    def string(self, v: Any, where: str, optional: bool = False) -> str | None:
+        if v is None and optional:
+            return None
+        if not isinstance(v, str):
+            raise self.fail(where, "expected a string")
+        return v
+
+    def valid_name(self, v: str) -> bool:
+        """A name that ``name`` would accept (and remembers), without a message."""
+        if valid_name(v):
+            self.names.add(v)
+            return True
+        return False
+
+    def name(self, v: Any, where: str) -> str:
+        if type(v) is str and v in self.names:
+            return v
+        s = self.string(v, where)
+        assert s is not None
+        if not valid_name(s):
+            raise self.fail(where, f"invalid name {s!r}")
+        self.names.add(s)
+        return s
+
+    def integer(self, v: Any, where: str, optional: bool = False, minimum: int | None = None) -> int | None:
+        if v is None and optional:
+            return None
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise self.fail(where, "expected an integer")
+        if minimum is not None and v < minimum:
+            raise self.fail(where, f"must be >= {minimum}")
+        return v
+
+    def number(self, v: Any, where: str) -> float:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not finite(v):
+            raise self.fail(where, "expected a finite number")
+        self.not_big(v, where)
+        return float(v)
+
+    def not_big(self, v: Any, where: str) -> None:
+        if not self.big_floats and isinstance(v, float) and abs(v) >= _BIG:
+            raise self.fail(where, "a float this large may have been an integer; read exactly")
+
+    def scalars(self, v: Any, where: str) -> dict[str, Scalar]:
+        d = self.obj(v, where)
+        for k, x in d.items():
+            if not isinstance(x, (str, int, float, bool)) and x is not None:
+                raise self.fail(f"{where}.{k}", "expected a string, number, boolean or null")
+            if isinstance(x, float) and not math.isfinite(x):  # big ints are fine in a fact
+                raise self.fail(f"{where}.{k}", "expected a finite number")
+            self.not_big(x, f"{where}.{k}")
+        return d
+
+
+def migrate(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    """Bring an older document up to SCHEMA_VERSION, or refuse it."""
+    version = doc.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise StoreError(f"{path}: field 'schema_version': missing or not a positive integer")
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"{path}: schema_version {version} is newer than this findings "
+            f"(reads up to {SCHEMA_VERSION}); upgrade findings to read this store"
+        )
+    while version < SCHEMA_VERSION:
+        doc = MIGRATIONS[version](doc)
+        version = doc["schema_version"]
+    return doc
+
+
+def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
+    """Validate one parsed run file and return it as a Run.
+
+    ``big_floats=False``: ``doc`` comes from a parser that turns integers
+    beyond 64 bits into floats (orjson), so any float of that magnitude in a
+    metric or fact is refused, and the caller reads the file again with the
+    exact parser. (Per-point ``requests`` records are not checked.)
+    """
+    r = _Reader(path, big_floats)
+    doc = migrate(r.obj(doc, "<root>"), path)
+    if doc.get("kind") != KIND:
+        raise r.fail("kind", f"expected {KIND!r}")
+    run_id = r.name(doc.get("run_id"), "run_id")
+    source = r.string(doc.get("source"), "source")
+    if source not in SOURCES:
+        raise r.fail("source", f"must be one of {', '.join(SOURCES)}")
+    importer = r.obj(doc.get("importer"), "importer")
+    inputs = r.array(doc.get("inputs"), "inputs")
+    if not inputs:
+        raise r.fail("inputs", "expected at least the run's main input")
+    src = r.obj(inputs[0], "inputs[0]")
+    extra = []
+    for i, item in enumerate(inputs[1:], start=1):
+        item = r.obj(item, f"inputs[{i}]")
+        extra.append(Input(path=r.string(item.get("path"), f"inputs[{i}].path") or "",
+                           sha256=r.string(item.get("sha256"), f"inputs[{i}].sha256") or "",
+                           role=r.string(item.get("role"), f"inputs[{i}].role") or ""))
+    campaigns = []
+    seen: set[str] = set()
+    for i, c in enumerate(r.array(doc.get("campaigns"), "campaigns")):
+        c = r.obj(c, f"campaigns[{i}]")
+        name = r.name(c.get("name"), f"campaigns[{i}].name")
+        date = r.string(c.get("date"), f"campaigns[{i}].date", optional=True)
+        if date is not None and not valid_date(date):
+            raise r.fail(f"campaigns[{i}].date", f"expected YYYY-MM-DD, got {date!r}")
+        order = r.integer(c.get("order"), f"campaigns[{i}].order", optional=True)
+        if name in seen:
+            raise r.fail(f"campaigns[{i}].name", f"campaign {name!r} listed twice")
+        seen.add(name)
+        campaigns.append(Campaign(name=name, date=date, order=order))
+    configs: dict[str, Mapping[str, Scalar]] = {}
+    for k, v in r.obj(doc.get("configs"), "configs").items():
+        configs[r.name(k, "configs")] = r.scalars(v, f"configs.{k}")
+    per_campaign: dict[str, dict[str, Mapping[str, Scalar]]] = {}
+    for c, cfgs in r.obj(doc.get("campaign_configs", {}), "campaign_configs").items():
+        if c not in seen:
+            raise r.fail(f"campaign_configs.{c}", f"campaign {c!r} is not in 'campaigns'")
+        per_campaign[c] = {r.name(k, f"campaign_configs.{c}"): r.scalars(v, f"campaign_configs.{c}.{k}")
+                           for k, v in r.obj(cfgs, f"campaign_configs.{c}").items()}
+    points = []
+    canon: dict[str, str] = {}
+    source_file = src.get("path")
+    fast = source_file is None or type(source_file) is str  # else every point takes the checked path
+    for i, p in enumerate(r.array(doc.get("points"), "points")):
+        # The common case, checked without building a message for every field;
+        # anything else takes the path below, which names the fault.
+        if (fast and type(p) is dict
+                and type(campaign := p.get("campaign")) is str and campaign in seen
+                and type(config := p.get("config")) is str and (config in r.names or r.valid_name(config))
+                and type(workload := p.get("workload")) is str and (workload in r.names or r.valid_name(workload))
+                and type(conc := p.get("concurrency")) is int and conc >= 1
+                and type(metrics_raw := p.get("metrics")) is dict and metrics_raw
+                and set(map(type, metrics_raw.values())) == _FLOAT
+                and -_BIG < min(metrics_raw.values()) and max(metrics_raw.values()) < _BIG
+                and metrics_raw.get(THROUGHPUT, 0.0) >= 0
+                and ((requests := p.get("requests")) is None or type(requests) is dict)
+                and ((note := p.get("note")) is None or type(note) is str)
+                and ((line := p.get("source_line")) is None or type(line) is int)
+                and type(params := p.get("workload_params", {})) is dict
+                and set(map(type, params.values())) <= _SCALARS
+                and all(-_BIG < x < _BIG for x in params.values() if type(x) is float)):
+            # One string object per distinct name and parameter value in a
+            # run (the parser makes one per occurrence): about 40 MiB fewer
+            # at 100k points.
+            points.append(Point(id=point_id(run_id, i), run_id=run_id, campaign=canon.setdefault(campaign, campaign),
+                                config=canon.setdefault(config, config), workload=canon.setdefault(workload, workload),
+                                concurrency=conc, metrics=dict(metrics_raw), source=source,
+                                source_file=source_file, source_line=line, note=note,
+                                workload_params={k: canon.setdefault(v, v) if type(v) is str else v
+                                                 for k, v in params.items()},
+                                requests=requests))
+            continue
+        where = f"points[{i}]"
+        p = r.obj(p, where)
+        campaign = r.name(p.get("campaign"), f"{where}.campaign")
+        if campaign not in seen:
+            raise r.fail(f"{where}.campaign", f"campaign {campaign!r} is not in 'campaigns'")
+        metrics_raw = r.obj(p.get("metrics"), f"{where}.metrics")
+        metrics = {k: r.number(v, f"{where}.metrics.{k}") for k, v in metrics_raw.items()}
+        # A point without THROUGHPUT measures something else than a server's
+        # output (findings' own render times, say: docs/decisions.md D42);
+        # the analysis never uses it.
+        if THROUGHPUT in metrics and metrics[THROUGHPUT] < 0:
+            raise r.fail(f"{where}.metrics.{THROUGHPUT}", "must be >= 0")
+        requests = p.get("requests")
+        if requests is not None:
+            r.obj(requests, f"{where}.requests")
+        note = r.string(p.get("note"), f"{where}.note", optional=True)
+        config = r.name(p.get("config"), f"{where}.config")
+        workload = r.name(p.get("workload"), f"{where}.workload")
+        conc = r.integer(p.get("concurrency"), f"{where}.concurrency", minimum=1) or 1
+        source_file = r.string(src.get("path"), "inputs[0].path", optional=True)
+        points.append(
+            Point(
+                id=point_id(run_id, i),
+                run_id=run_id,
+                campaign=campaign,
+                config=config,
+                workload=workload,
+                concurrency=conc,
+                metrics=metrics,
+                source=source,
+                source_file=source_file,
+                source_line=r.integer(p.get("source_line"), f"{where}.source_line", optional=True),
+                note=note,
+                workload_params=r.scalars(p.get("workload_params", {}), f"{where}.workload_params"),
+                requests=requests,
+            )
+        )
+    sidecar = None
+    if "requests" in doc:
+        ref = r.obj(doc["requests"], "requests")
+        file = r.string(ref.get("file"), "requests.file") or ""
+        if file != f"{run_id}{SIDECAR_SUFFIX}":
+            raise r.fail("requests.file", f"expected {run_id}{SIDECAR_SUFFIX!s}, got {file!r}")
+        sha = r.string(ref.get("sha256"), "requests.sha256") or ""
+        if not re.fullmatch("[0-9a-f]{64}", sha):
+            raise r.fail("requests.sha256", "expected 64 hex digits")
+        indices = r.array(ref.get("points"), "requests.points")
+        for j, k in enumerate(indices):
+            if r.integer(k, f"requests.points[{j}]", minimum=0) >= len(points):  # type: ignore[operator]
+                raise r.fail(f"requests.points[{j}]", f"no point {k}")
+            if points[k].requests is not None:
+                raise r.fail(f"requests.points[{j}]", f"point {k} has its records inline as well")
+        if not indices or len(set(indices)) != len(indices):
+            raise r.fail("requests.points", "expected distinct point indices, at least one")
+        sidecar = Sidecar(file=file, sha256=sha, points=tuple(indices))
+    hashes = r.array(doc.get("line_hashes", []), "line_hashes")
+    for i, h in enumerate(hashes):
+        r.string(h, f"line_hashes[{i}]")
+    return Run(
+        schema_version=SCHEMA_VERSION,
+        run_id=run_id,
+        source=source,
+        importer=r.string(importer.get("name"), "importer.name") or "",
+        importer_version=r.string(importer.get("version"), "importer.version") or "",
+        tool_version=r.string(doc.get("tool_version"), "tool_version") or "",
+        created_at=r.string(doc.get("created_at"), "created_at") or "",
+        source_file=r.string(src.get("path"), "inputs[0].path", optional=True),
+        source_sha256=r.string(src.get("sha256"), "inputs[0].sha256") or "",
+        environment=r.scalars(doc.get("environment", {}), "environment"),
+        campaigns=tuple(campaigns),
+        configs=configs,
+        points=tuple(points),
+        line_hashes=frozenset(hashes),
+        path=path,
+        provenance=r.scalars(doc.get("provenance", {}), "provenance"),
+        extra_inputs=tuple(extra),
+        campaign_configs=per_campaign,
+        sidecar=sidecar,
+    )

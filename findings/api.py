@@ -9,22 +9,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from findings.derive import caveats, regressions
-from findings.core import diskio, fmt
-from findings.document import pivot, render, cache as rendercache, report
 from findings import store
-from findings.decide import deploy as deploy_lib
-from findings.derive.analysis import SIMULATED_SUFFIX, Comparison, cells
-from findings.derive.regressions import conclude
-from findings.derive.jsonform import to_json
-from findings.derive import categories
+from findings.core import diskio, fmt
 from findings.core.errors import FindingsError
-from findings.derive.history import replay
-from findings.derive import openloop as load_verdicts
-from findings.document.prose import latency, policy, throughput
 from findings.core.model import THROUGHPUT, Dataset
+from findings.decide import decide
+from findings.decide import deploy as deploy_lib
+from findings.derive import caveats, regressions
+from findings.derive import openloop as load_verdicts
+from findings.derive.analysis import SIMULATED_SUFFIX
+from findings.derive.derived import Derived, derive
+from findings.document import cache as rendercache
+from findings.document import pivot, render, report
+from findings.document.prose import latency, policy, throughput
 from findings.document.settings import Settings
-from findings.derive.validity import failures_unknown, flagged
 
 
 def _top(settings: Settings) -> Path:
@@ -64,6 +62,17 @@ def _plots_dir(settings: Settings, document: Path) -> Path:
     return document.parent / f"{document.stem}-plots"
 
 
+def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derived:
+    """The one derivation of the settings' store (findings/derive/derived.py),
+    its runs and the history's replay state from the render cache."""
+    found = found if found is not None else rendercache.scan(settings.store)
+    data = rendercache.load(settings.store, found)
+    history = rendercache.get_history(found)
+    result = derive(data, settings.rules, history)
+    rendercache.put_history(found, history)
+    return result
+
+
 def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
     """The document text, and the plots it links to (file name -> chart data):
     from the render cache (findings/document/cache.py) when nothing it depends
@@ -76,15 +85,15 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
     hit = rendercache.get_document(found, slot, key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    built = _derive(settings, document, rendercache.load(settings.store, found), acts)
+    built = _document(settings, document, derived(settings, found), acts)
     rendercache.put_document(found, slot, key, built)
     return built
 
 
-def _derive(settings: Settings, document: Path, data: Dataset, acts: list[str]) -> tuple[str, dict[str, Any]]:
-    if not data.points:
+def _document(settings: Settings, document: Path, d: Derived, acts: list[str]) -> tuple[str, dict[str, Any]]:
+    if not d.data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
-    doc = report.build(data, settings.rules, settings.title, _label(settings), settings.slo,
+    doc = report.build(d, decide(d), settings.title, _label(settings), settings.slo,
                        settings.detail_campaigns, acts, _cli(settings))
     plots: dict[str, Any] = {}
     if settings.plots:
@@ -96,7 +105,7 @@ def _derive(settings: Settings, document: Path, data: Dataset, acts: list[str]) 
                     name = file_name(c["name"], w["name"])
                     w["chart"]["svg"] = f"{folder}/{name}"
                     plots[name] = w["chart"]
-    functions = {**pivot.template_functions(data), **report.template_functions(data, settings.rules)}
+    functions = {**pivot.template_functions(d.data), **report.template_functions(d)}
     return render.render(settings.templates, settings.template, doc, functions), plots
 
 
@@ -154,24 +163,7 @@ def render_document(settings: Settings, output: str | None = None, check: bool =
 
 
 def conclusions(settings: Settings) -> dict[str, Any]:
-    data = rendercache.load(settings.store)
-    flags = flagged(data, settings.rules.gates)
-    valid = cells(data, settings.rules, flags)
-    points = {p.id: p for p in data.points}
-    spec = caveats.speculative_configs(data.configs, data.points)
-
-    def why(comp: Comparison) -> tuple[str, ...]:
-        return caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, spec, points)
-
-    done = regressions.conclude_with_steps(data, settings.rules, valid)
-    flags = {**flags, **done.suspect_flags}
-    return to_json(done.conclusions, replay(data, settings.rules, done.cells, done.moves), flags,
-                   caveats=why, failures_unknown=failures_unknown(data), steps=done.steps,
-                   drift=done.drift, suspect=done.suspect,
-                   baseline_moved=done.baseline_moved,
-                   by_category=categories.differences(done.conclusions, categories.families(data.points),
-                                                      SIMULATED_SUFFIX),
-                   open_loop=load_verdicts.conclude(data, settings.rules, flags))
+    return derived(settings).to_json()
 
 
 def conclusions_json(settings: Settings) -> str:
@@ -180,10 +172,8 @@ def conclusions_json(settings: Settings) -> str:
 
 def conclusions_text(settings: Settings) -> str:
     """The conclusions as short plain text for a terminal."""
-    data = rendercache.load(settings.store)
-    flags = flagged(data, settings.rules.gates)
-    done = regressions.conclude_with_steps(data, settings.rules, cells(data, settings.rules, flags))
-    flags = {**flags, **done.suspect_flags}
+    d = derived(settings)
+    data, flags, done = d.data, d.flags, d.concluded
     result = done.conclusions
     if not data.points:
         return "no points in the store"
@@ -195,9 +185,7 @@ def conclusions_text(settings: Settings) -> str:
                f"{len(flags)} flagged" if flags else ""]
         return (f"{len(data.points)} points in the store, no closed-loop comparison"
                 + (": " + "; ".join(w for w in why if w) if any(why) else ""))
-    points = {p.id: p for p in data.points}
-    spec = caveats.speculative_configs(data.configs, data.points)
-    unknown = failures_unknown(data)
+    unknown = d.failures_unknown
     lines = [f"baseline: {settings.rules.baseline}; noise floor {fmt.band(settings.rules.noise_floor)}; "
              f"{len(flags)} of {len(data.points)} points flagged (left out), "
              f"{len(unknown)} with failures not recorded (unknown, still used)"]
@@ -207,9 +195,7 @@ def conclusions_text(settings: Settings) -> str:
         lines.append(f"  latency:    {_plain(latency(wc))}")
         lines.append(f"  throughput: {_plain(throughput(wc))}")
         for cand in wc.candidates:
-            why = sorted({r for c in cand.comparisons
-                          for r in caveats.comparison_reasons(c.a.point_ids, c.b.point_ids, cand.config, spec,
-                                                              points)})
+            why = sorted({r for c in cand.comparisons for r in d.caveats_of(c)})
             mark = f" [{caveats.MARK} measured {caveats.describe(why)}: not a deployment fact]" if why else ""
             lines.append(f"  policy      {_plain(policy(cand))}{mark}")
             moved = done.baseline_moved.get(wc.workload, {}).get(cand.config)
@@ -236,9 +222,8 @@ def deploy(settings: Settings, *, workload: str | None = None, config: str | Non
            draft_model: str | None = None, device: str | None = None) -> str:
     """``findings deploy``: the engine settings of every derived policy; the
     SGLang adaptive files are written under ``out`` (atomically)."""
-    data = store.load(settings.store)
-    conclusions_ = conclude(data, settings.rules)
-    open_loop = load_verdicts.conclude(data, settings.rules, flagged(data, settings.rules.gates))
+    d = derived(settings)
+    data, conclusions_, open_loop = d.data, d.conclusions, d.open_loop
     engines = deploy_lib.ENGINES if engine == "all" else (engine,)
     shown = str(out) if out is not None else ""
     plans = deploy_lib.plan(data, conclusions_, workload=workload, config=config, engines=engines, steps=steps,
@@ -297,9 +282,8 @@ def plan(settings: Settings, *, workload: str | None = None, config: str | None 
          as_json: bool = False) -> str:
     """``findings plan``: the open questions, the estimate, and the matrix that answers them."""
     from findings.decide import plan as plan_lib
-    data = store.load(settings.store)
-    flags = flagged(data, settings.rules.gates)
-    done = regressions.conclude_with_steps(data, settings.rules, cells(data, settings.rules, flags))
+    d = derived(settings)
+    data, done = d.data, d.concluded
     known = {w.workload for w in done.conclusions.workloads}
     if workload is not None and workload not in known and f"{workload}{SIMULATED_SUFFIX}" not in known:
         raise FindingsError(f"--workload {workload!r}: no such workload (known: {', '.join(sorted(known)) or 'none'})")

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import random
 import zlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ from findings import store
 from findings.derive.analysis import Rules, Table, cells, conclude_table
 from findings.derive.regressions import conclude
 from findings.core.errors import DuplicateError, SettingsError, StoreError
-from findings.derive.history import replay
+from findings.decide import decide
+from findings.derive.derived import derive
+from findings.derive.history import replay, steps
 from findings.core.model import THROUGHPUT, Campaign, Dataset, Point, Run
 from findings.document.render import github_table
 from findings.store.schema import run_from_dict, run_to_dict
@@ -91,12 +94,14 @@ def test_incremental_history_equals_rederiving_every_prefix(seed, interval):
     rules = Rules(interval=interval, resamples=200)
     entries = replay(data, rules)
     assert [e.campaign for e in entries] == list(data.campaigns)
-    for entry in entries:
-        full = conclude(data.upto(entry.campaign.name), rules)
-        assert [_summary(w) for w in entry.conclusions.workloads] == [_summary(w) for w in full.workloads]
+    stepped = list(steps(data, rules))
+    assert [c for c, _ in stepped] == list(data.campaigns)
+    for entry, (campaign, at) in zip(entries, stepped):
+        full = conclude(data.upto(campaign.name), rules)
+        assert [_summary(w) for w in at.workloads] == [_summary(w) for w in full.workloads]
+        assert entry.policies == {w.workload: {c.config: c.policy for c in w.candidates} for w in full.workloads}
     # the last entry is today's conclusion
-    assert [_summary(w) for w in entries[-1].conclusions.workloads] == \
-        [_summary(w) for w in conclude(data, rules).workloads]
+    assert [_summary(w) for w in stepped[-1][1].workloads] == [_summary(w) for w in conclude(data, rules).workloads]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -312,7 +317,8 @@ def _store_of(tmp_path: Path, campaigns: int) -> Path:
 def test_the_document_details_only_the_latest_campaigns(tmp_path):
     data = store.load(_store_of(tmp_path, 7))
     rules = Rules()
-    capped, full = report.build(data, rules, "t", "s", detail=3), report.build(data, rules, "t", "s")
+    d = derive(data, rules)
+    capped, full = report.build(d, decide(d), "t", "s", detail=3), report.build(d, decide(d), "t", "s")
     assert [c["name"] for c in capped["campaigns"]] == ["night-04", "night-05", "night-06"]
     assert capped["hidden_campaigns"] == {"count": 4, "shown": 3, "first": "night-00", "first_when": "2026-01-01",
                                           "last": "night-03", "last_when": "2026-01-04", "points": 16}
@@ -382,3 +388,42 @@ def test_render_scaling_builds_exact_deterministic_stores(tmp_path):
             "points_with_requests"} <= set(rows[0])
     assert all(r["wall_s"] > 0 and r["bytes_per_point"] > 0 for r in rows)
     assert sorted(p.name for p in (tmp_path / "work" / "store-120" / "runs").glob("perf-write-*")) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_replay_resumed_from_its_cache_equals_a_full_replay(seed):
+    """Issue 28: the history's state after a prefix, kept between commands,
+    makes a new campaign cost one campaign; resumed or not, the same entries."""
+    import pickle
+
+    from findings.derive.history import HistoryCache
+    data = synthetic(seed, campaigns=10)
+    rules = Rules(resamples=200)
+    earlier = data.upto(data.campaigns[-2].name)
+    cache = HistoryCache()
+    assert replay(earlier, rules, cache=cache) == replay(earlier, rules)
+    assert cache.replayed == len(earlier.campaigns)
+    cache = pickle.loads(pickle.dumps(cache))  # as the render cache keeps it
+    resumed = replay(data, rules, cache=cache)
+    assert resumed == replay(data, rules)
+    assert cache.replayed == 1  # the new campaign only
+    # Nothing changed: nothing replayed, the same entries.
+    assert replay(data, rules, cache=cache) == resumed and cache.replayed == 0
+
+
+def test_a_changed_earlier_campaign_replays_from_the_start():
+    from findings.derive.history import HistoryCache
+    data = synthetic(3, campaigns=8)
+    rules = Rules(resamples=200)
+    cache = HistoryCache()
+    replay(data, rules, cache=cache)
+    first = data.campaigns[0].name
+    changed = Dataset(campaigns=data.campaigns, configs=data.configs, points=tuple(
+        replace(p, metrics={THROUGHPUT: p.metrics[THROUGHPUT] * 1.5}) if p.campaign == first else p
+        for p in data.points))
+    assert replay(changed, rules, cache=cache) == replay(changed, rules)
+    assert cache.replayed == len(data.campaigns)
+    # Other rules: another chain from the first link.
+    other = Rules(resamples=200, noise_floor=0.08)
+    assert replay(changed, other, cache=cache) == replay(changed, other)
+    assert cache.replayed == len(data.campaigns)

@@ -7,8 +7,9 @@ behind it, is that campaign's entry. Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping
+import hashlib
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
 
 from findings.core import fmt
 from findings.derive import regressions
@@ -78,10 +79,34 @@ class Change:
 @dataclass(frozen=True)
 class Entry:
     campaign: Campaign
-    #: The conclusions as they stood after this campaign, without the
-    #: cross-checks against other campaigns' baselines (Candidate.cross).
-    conclusions: Conclusions
+    #: workload -> candidate -> its policy, as they stood after this campaign
+    #: (the whole conclusions at each step: ``steps``).
+    policies: Mapping[str, Mapping[str, str]]
     changes: tuple[Change, ...]
+
+
+@dataclass
+class HistoryCache:
+    """The replay's state after a prefix of campaigns, keyed by content, so a
+    new campaign costs the new campaign, not the store (issue 28).
+
+    ``chain[k]`` hashes everything campaign k's entry depends on and the link
+    before it: the rules and every config's latest facts (``facts_of`` falls
+    back to them), then per campaign its name and date, its valid cells
+    (values, point ids, window series), its configs' recorded facts and the
+    baseline's steps known by then. A stored state is resumed only when its
+    chain is a prefix of the current one; otherwise the replay starts again.
+    The caller keeps it between commands (the render cache, findings/document/cache.py);
+    what it holds never changes what the replay returns."""
+
+    chain: tuple[str, ...] = ()
+    #: The entries of the campaigns in ``chain``.
+    entries: tuple[Entry, ...] = ()
+    #: workload -> (its conclusion after the last campaign that measured it,
+    #: that campaign's rank).
+    concluded: Mapping[str, tuple[WorkloadConclusion, int]] = field(default_factory=dict)
+    #: Campaigns replayed by the last call (not stored: how much the cache saved).
+    replayed: int = 0
 
 
 def describe(comp: Comparison) -> str:
@@ -201,8 +226,38 @@ def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion, table
     return out
 
 
+def _chain(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
+           breaks_at: Callable[[int], Mapping[str, Mapping[int, frozenset[int]]]]) -> list[str]:
+    """HistoryCache.chain for ``data``."""
+    h = hashlib.sha256(repr((rules, sorted((k, sorted(v.items(), key=repr)) for k, v in data.configs.items())))
+                       .encode()).hexdigest()
+    out = []
+    for rank, campaign in enumerate(data.campaigns):
+        cs = by_rank.get(rank, [])
+        configs = sorted({c.config for c in cs})
+        facts = [(n, sorted(data.facts.get((n, campaign.name), {}).items(), key=repr)) for n in configs]
+        cells_repr = [(c.workload, c.config, c.concurrency, c.mean, c.lo, c.hi, c.n, c.point_ids, c.values, c.series)
+                      for c in cs]
+        cuts = sorted((w, [(c, sorted(r)) for c, r in sorted(b.items())]) for w, b in breaks_at(rank).items())
+        link = repr((h, campaign, cells_repr, facts, cuts))
+        h = hashlib.sha256(link.encode()).hexdigest()
+        out.append(h)
+    return out
+
+
+def steps(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
+          found: list[regressions.Move] | None = None) -> Iterator[tuple[Campaign, Conclusions]]:
+    """The whole conclusions after each campaign, in turn (what ``replay``
+    records of them is each candidate's policy): for the tests that hold
+    each step equal to deriving that prefix of the store again."""
+    seen: list[tuple[Campaign, Conclusions]] = []
+    replay(data, rules, all_cells, found, on_step=lambda c, k: seen.append((c, k)))
+    yield from seen
+
+
 def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
-           found: list[regressions.Move] | None = None) -> list[Entry]:
+           found: list[regressions.Move] | None = None, cache: HistoryCache | None = None,
+           on_step: Callable[[Campaign, Conclusions], None] | None = None) -> list[Entry]:
     """Each campaign in turn, with the conclusions from all data up to it.
 
     The conclusions after campaign k are those of ``conclude(data.upto(k))``
@@ -212,7 +267,8 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     The baseline's steps (findings/derive/regressions.py) leave its drift as they
     become known: a step called thanks to a later campaign counts from then.
     ``all_cells``: ``cells(data, rules)``, and ``found``: the moves, if the
-    caller has them.
+    caller has them. ``cache``: resumed where its chain is a prefix of this
+    data's, and left holding this replay's state (HistoryCache).
     """
     if all_cells is None:
         all_cells = cells(data, rules)
@@ -221,13 +277,33 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     by_rank: dict[int, list[Cell]] = {}
     for cell in all_cells:
         by_rank.setdefault(cell.rank, []).append(cell)
+    base_steps = [m for m in regressions.steps(found) if m.config == rules.baseline]
+
+    def breaks_at(rank: int) -> dict[str, dict[int, frozenset[int]]]:
+        return regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
+
+    chain = _chain(data, rules, by_rank, breaks_at) if cache is not None else []
     tables: dict[str, Table] = {}
     concluded: dict[str, WorkloadConclusion] = {}
+    last_rank: dict[str, int] = {}
     entries: list[Entry] = []
     previous: Conclusions | None = None
-    base_steps = [m for m in regressions.steps(found) if m.config == rules.baseline]
-    for rank, campaign in enumerate(data.campaigns):
-        breaks = regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
+    start = 0
+    if cache is not None and cache.chain and on_step is None and tuple(chain[:len(cache.chain)]) == cache.chain:
+        # Resume: each workload's table as the replay left it (its cells up to
+        # the prefix, the steps known when it was last measured), its conclusion
+        # as it stood then.
+        start = len(cache.chain)
+        entries = list(cache.entries)
+        for workload, (wc, rank) in cache.concluded.items():
+            mine = [c for r in range(start) for c in by_rank.get(r, []) if c.workload == workload]
+            tables[workload] = Table(mine, rules, verdicts_only=True, breaks=breaks_at(rank).get(workload))
+            concluded[workload] = wc
+            last_rank[workload] = rank
+        previous = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
+    for rank in range(start, len(data.campaigns)):
+        campaign = data.campaigns[rank]
+        breaks = breaks_at(rank)
         new: dict[str, list[Cell]] = {}
         for cell in by_rank.get(rank, []):
             new.setdefault(cell.workload, []).append(cell)
@@ -239,6 +315,7 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
                 tables[workload] = Table(added, rules, verdicts_only=True, breaks=breaks.get(workload))
             # A workload this campaign did not measure concludes as before.
             concluded[workload] = conclude_table(workload, tables[workload], cross=False)
+            last_rank[workload] = rank
         current = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
         changes: list[Change] = []
         for wc in current.workloads:
@@ -247,6 +324,14 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
                 changes.extend(_changes(old, wc, tables[wc.workload], data.facts_of))
             else:
                 changes.extend(_changes(old, wc))
-        entries.append(Entry(campaign=campaign, conclusions=current, changes=tuple(changes)))
+        policies = {wc.workload: {c.config: c.policy for c in wc.candidates} for wc in current.workloads}
+        entries.append(Entry(campaign=campaign, policies=policies, changes=tuple(changes)))
+        if on_step is not None:
+            on_step(campaign, current)
         previous = current
+    if cache is not None:
+        cache.replayed = len(data.campaigns) - start
+        cache.chain = tuple(chain)
+        cache.entries = tuple(entries)
+        cache.concluded = {w: (concluded[w], last_rank[w]) for w in concluded}
     return entries

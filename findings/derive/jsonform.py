@@ -125,10 +125,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
                 "campaign": e.campaign.name,
                 "date": e.campaign.date,
                 "order": e.campaign.order,
-                "policies": {
-                    wc.workload: {c.config: c.policy for c in wc.candidates}
-                    for wc in e.conclusions.workloads
-                },
+                "policies": {w: dict(by) for w, by in e.policies.items()},
                 "changes": [c.text for c in e.changes],
                 "provenance": _provenance(e),
             }

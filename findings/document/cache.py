@@ -44,6 +44,7 @@ from typing import Any, TypeGuard
 from findings.core import diskio
 from findings import store as store_mod
 from findings.derive.analysis import point_series
+from findings.derive.history import HistoryCache
 from findings.derive.validity import records_counted
 from findings.core.model import Dataset, Point, Run
 from findings.store.schema import SIDECAR_SUFFIX
@@ -266,3 +267,29 @@ def put_document(found: Scan, slot: str, key: str | None, value: Any) -> None:
     entry = _doc_entry(found, slot)
     if key is not None and entry is not None:
         _write(entry, pickle.dumps((key, value), protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _history_entry(found: Scan) -> Path | None:
+    if found.cache is None:
+        return None
+    return found.cache / "history" / f"{_store_id(found.store)}.pickle"
+
+
+def get_history(found: Scan) -> HistoryCache | None:
+    """The replay's state as the last render of this store left it (a
+    HistoryCache, findings/derive/history.py: resumed only where its own
+    content chain matches), or a fresh one; None without a cache."""
+    entry = _history_entry(found)
+    if entry is None:
+        return None
+    value = _read_pickle(entry) if entry.exists() else None
+    if (isinstance(value, tuple) and len(value) == 2 and value[0] == code_fingerprint()
+            and isinstance(value[1], HistoryCache)):
+        return value[1]
+    return HistoryCache()
+
+
+def put_history(found: Scan, history: HistoryCache | None) -> None:
+    entry = _history_entry(found)
+    if entry is not None and history is not None and history.chain and history.replayed:
+        _write(entry, pickle.dumps((code_fingerprint(), history), protocol=pickle.HIGHEST_PROTOCOL))

@@ -25,8 +25,7 @@ from findings.core import fmt
 from findings.derive import regressions
 from findings import store
 from findings.derive.analysis import Cell, Comparison, cells
-from findings.derive.regressions import campaign_comparisons
-from findings.derive.jsonform import to_json
+from findings.derive.derived import derive as derive_all
 from findings.core.errors import FindingsError
 from findings.derive.history import replay
 from findings.core.model import Dataset, Run
@@ -214,17 +213,16 @@ class Side:
 
 
 def derive(data: Dataset, settings: Settings) -> Side:
-    rules = settings.rules
-    done = regressions.conclude_with_steps(data, rules, cells(data, rules))
-    valid = done.cells
+    """One side of the diff: the one derivation of its store (its JSON is
+    ``conclusions --json``'s), and its cells of every point, valid or not."""
+    d = derive_all(data, settings.rules)
     return Side(
         data=data,
-        json=to_json(done.conclusions, replay(data, rules, valid, done.moves), steps=done.steps,
-                     drift=done.drift, suspect=done.suspect, baseline_moved=done.baseline_moved),
+        json=d.to_json(),
         cells={(c.campaign, c.workload, c.config, c.concurrency): c for c in cells(data)},
         tables={
             (campaign, workload, comp.a.config, comp.concurrency): comp
-            for (campaign, workload), comps in campaign_comparisons(data, rules, valid).items()
+            for (campaign, workload), comps in d.comparisons().items()
             for comp in comps
         },
     )

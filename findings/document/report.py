@@ -11,19 +11,17 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from findings.derive import caveats, regressions
-from findings.decide import deploy
 from findings.core import fmt
-from findings.document import prose, views
-from findings.derive.analysis import SIMULATED_SUFFIX
-from findings.derive import categories
-from findings.derive.analysis import Cell, Comparison, Conclusions, Rules, analysis_workload, cells
-from findings.derive.regressions import campaign_comparisons
-from findings.derive.history import Entry, replay
-from findings.document import openloop as load_present
-from findings.derive import openloop as load_verdicts
 from findings.core.model import THROUGHPUT, Dataset, Point, Scalar
-from findings.derive.validity import counts, flagged
+from findings.decide import Decided, deploy, plan
+from findings.derive import caveats, categories, regressions
+from findings.derive import openloop as load_verdicts
+from findings.derive.analysis import Cell, Comparison, Conclusions, Rules, analysis_workload
+from findings.derive.derived import Derived
+from findings.derive.history import Entry
+from findings.derive.validity import counts
+from findings.document import openloop as load_present
+from findings.document import prose, views
 
 
 @dataclass(frozen=True)
@@ -82,14 +80,13 @@ class Marks:
     """Why verdicts are not deployment facts (caveats.py): per comparison,
     from the points on both sides; empty for configs that do not speculate."""
 
-    def __init__(self, data: Dataset, points: dict[str, Point]) -> None:
-        self.points = points
-        self.spec = caveats.speculative_configs(data.configs, data.points)
+    def __init__(self, derived: Derived) -> None:
+        self.derived = derived
+        self.spec = derived.speculative
         self.seen: set[str] = set()  # every reason marked anywhere in the document
 
     def reasons(self, comp: Comparison) -> tuple[str, ...]:
-        found = caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, self.spec,
-                                           self.points)
+        found = self.derived.caveats_of(comp)
         self.seen.update(found)
         return found
 
@@ -357,13 +354,12 @@ def _regressions(moves: list[regressions.Move], earlier: int, cli: str) -> dict[
                         for m in moves if m.suspect]}
 
 
-def _questions(data: Dataset, rules: Rules, done: regressions.Concluded, cli: str) -> list[dict[str, str]]:
+def _questions(data: Dataset, questions: Sequence[plan.Question], cli: str) -> list[dict[str, str]]:
     """The "Open questions" section: each question in one line, and the
     commands that answer it (findings plan, then findings bench)."""
-    from findings.decide import plan
     recorded = {p.config for r in data.runs if any(i.role == "matrix" for i in r.extra_inputs) for p in r.points}
     out = []
-    for q in plan.questions(data, rules, done):
+    for q in questions:
         src = "" if set(q.configs) <= recorded else " --from-matrix MATRIX.toml"
         until = " --until-decided" if q.kind == "undecided" else ""
         command = (f"{cli} plan --workload {shlex.quote(q.base_workload)} "
@@ -423,32 +419,32 @@ def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, 
                  ("left", "left", "left", "left", "left", "right", "right", "left", "left", "left"))
 
 
-def build(data: Dataset, rules: Rules, title: str, store_label: str,
+def build(derived: Derived, decided: Decided, title: str, store_label: str,
           slo: views.Slo = views.Slo(), detail: int = 0, amendments: Sequence[str] = (),
           cli: str | None = None) -> dict[str, Any]:
-    """The document's content. ``detail``: how many of the latest campaigns
-    get a section of their own (0: all); lists that grow with the number of
-    campaigns (history, campaign names, flagged points, cross-checks, the
-    appendix) stop at the same number, so the document stays readable, and
-    quick to render, however long the store's history. ``cli``: ``findings``
-    with the options that run the document's commands from the repository
-    root (default: ``findings --store STORE``)."""
+    """The document's content, from the one derivation (findings/derive/derived.py)
+    and what is decided from it (findings/decide/). ``detail``: how many of the
+    latest campaigns get a section of their own (0: all); lists that grow with
+    the number of campaigns (history, campaign names, flagged points,
+    cross-checks, the appendix) stop at the same number, so the document stays
+    readable, and quick to render, however long the store's history. ``cli``:
+    ``findings`` with the options that run the document's commands from the
+    repository root (default: ``findings --store STORE``)."""
+    data, rules = derived.data, derived.rules
     cli = cli or f"findings --store {shlex.quote(store_label)}"
     shown = data.campaigns[-detail:] if detail else data.campaigns
     hidden = data.campaigns[:len(data.campaigns) - len(shown)]
     shown_names = {c.name for c in shown}
-    flags = flagged(data, rules.gates)
-    valid = cells(data, rules, flags)
-    done = regressions.conclude_with_steps(data, rules, valid)
-    flags, valid = {**flags, **done.suspect_flags}, done.cells  # suspect levels: marked, in no verdict
-    found, tables, conclusions = done.moves, done.tables, done.conclusions
-    entries = replay(data, rules, valid, found)
-    comps = campaign_comparisons(data, rules, valid, shown_names, tables)
+    done = derived.concluded
+    flags, valid = dict(derived.flags), done.cells  # suspect levels: marked, in no verdict
+    found, conclusions = done.moves, done.conclusions
+    entries = list(derived.history)
+    comps = derived.comparisons(shown_names)
     labels = Labels(data, rules)
-    points = {p.id: p for p in data.points}
-    marks = Marks(data, points)
-    open_loop = load_verdicts.conclude(data, rules, flags)
-    deployments = deploy.plan(data, conclusions, open_loop=open_loop)
+    points = dict(derived.points)
+    marks = Marks(derived)
+    open_loop = derived.open_loop
+    deployments = decided.deployments
     spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
             not in ("none", "", "null")}
     by_campaign: dict[str, dict[str, list[Point]]] = {}
@@ -532,7 +528,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
             "sources": _sources(pts, data),
         })
     families = categories.families(data.points)
-    by_category = [d.sentence() for d in categories.differences(conclusions, families, SIMULATED_SUFFIX)]
+    by_category = [d.sentence() for d in derived.by_category]
     category_tables = []
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
     family_campaign = categories.latest_campaigns(data.points, families, rank)
@@ -550,7 +546,7 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
                             "points": sum(len(p) for c in hidden for p in by_campaign.get(c.name, {}).values())}
     appendix = _appendix(labels, flags, data, only_cited=bool(hidden))
     moves_shown = [m for m in found if m.campaign in shown_names]
-    n_unknown = sum(1 for p in data.points if counts(p).failures_unknown)
+    n_unknown = len(derived.failures_unknown)
     return {
         "title": title,
         "store": store_label,
@@ -599,21 +595,20 @@ def build(data: Dataset, rules: Rules, title: str, store_label: str,
         "appendix": appendix,
         "appendix_left_out": len(data.points) - len(appendix.rows),
         "regressions": _regressions(moves_shown, len(found) - len(moves_shown), cli),
-        "questions": _questions(data, rules, done, cli),
+        "questions": _questions(data, decided.questions, cli),
     }
 
 
-def versus_best(data: Dataset, rules: Rules, workload: str, config: str, others: list[str]) -> Table:
+def versus_best(derived: Derived, workload: str, config: str, others: list[str]) -> Table:
     """``config`` against the better of ``others`` at each C, in the latest
     campaign that measured ``config`` on ``workload``: paired, judged like any
     verdict (same band, same intervals). For a document that checks a derived
     policy against the configs it was derived from (docs/vllm-cpu.md)."""
-    valid = cells(data, rules)
-    mine = [c for c in valid if c.workload == workload and c.config == config]
+    mine = [c for c in derived.cells if c.workload == workload and c.config == config]
     if not mine:
         return Table(("C",), (), ("right",))
     camp = max(mine, key=lambda c: c.rank).campaign
-    table = regressions.tables(data, rules, valid)[workload]
+    table = derived.tables[workload]
     names = [*others, config]
     rows = []
     for conc in table.concurrencies:
@@ -631,13 +626,13 @@ def versus_best(data: Dataset, rules: Rules, workload: str, config: str, others:
                  tuple(rows), ("right",) * (len(names) + 1) + ("left", "left"))
 
 
-def template_functions(data: Dataset, rules: Rules) -> dict[str, Any]:
+def template_functions(derived: Derived) -> dict[str, Any]:
     """Template globals that need the analysis: ``versus_best`` and ``fact``
     (a config's recorded fact, or None)."""
     def _versus(workload: str, config: str, others: list[str]) -> Table:
-        return versus_best(data, rules, workload, config, others)
+        return versus_best(derived, workload, config, others)
 
     def _fact(config: str, key: str) -> Scalar:
-        return data.configs.get(config, {}).get(key)
+        return derived.data.configs.get(config, {}).get(key)
 
     return {"versus_best": _versus, "fact": _fact}

@@ -1,0 +1,130 @@
+"""The one derivation: ``derive(dataset, rules) -> Derived``.
+
+Everything the outputs say about the data is computed here, once per
+command, and every consumer reads it: the document (findings/document/report.py),
+``conclusions --json`` and its text form (findings/api.py), ``deploy`` and
+``plan`` (findings/decide/), and ``diff`` (findings/document/diff.py). No
+consumer asks for cells, flags, verdicts or the history again.
+
+Pure: no I/O. The order is the order of the dependencies:
+
+1. the validity gates' flags (findings/derive/validity.py);
+2. the cells of the valid points (findings/derive/analysis.py);
+3. the moves between campaigns, then the conclusions from the cells less
+   those of suspect moves (findings/derive/regressions.py);
+4. the within-campaign comparisons, the history (findings/derive/history.py),
+   the open-loop conclusions (findings/derive/openloop.py), the verdicts by
+   prompt category (findings/derive/categories.py), the caveats' inputs
+   (findings/derive/caveats.py).
+
+``Derived.to_json()`` is the stable ``conclusions --json`` shape
+(findings/derive/jsonform.py, docs/conclusions.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Collection, Mapping, Sequence
+
+from findings.core.model import Dataset, Point
+from findings.derive import caveats, categories, openloop, regressions
+from findings.derive.analysis import (SIMULATED_SUFFIX, Cell, Comparison, Conclusions, Rules, Table, cells,
+                                      comparisons_in_campaigns)
+from findings.derive.history import Entry, HistoryCache, replay
+from findings.derive.jsonform import to_json
+from findings.derive.validity import failures_unknown, flagged
+
+#: (campaign, workload) -> the comparisons of every candidate with the baseline there.
+CampaignComparisons = Mapping[tuple[str, str], list[Comparison]]
+
+
+@dataclass(frozen=True)
+class Derived:
+    """What the data says, under ``rules``: read by every output."""
+
+    data: Dataset
+    rules: Rules
+    #: point id -> why it is left out: the validity gates' reasons.
+    gate_flags: Mapping[str, tuple[str, ...]]
+    #: the gates' flags and the suspect moves' (marked, in no verdict).
+    flags: Mapping[str, tuple[str, ...]]
+    #: the moves, the step-aware tables, the conclusions and the
+    #: baseline-moved sentences (``cells``: the valid cells less suspects).
+    concluded: regressions.Concluded
+    #: each campaign in turn, with the conclusions up to it.
+    history: tuple[Entry, ...]
+    open_loop: tuple[openloop.OpenLoopConclusion, ...]
+    by_category: tuple[categories.Difference, ...]
+    #: ids of the points whose source does not record how many requests failed.
+    failures_unknown: tuple[str, ...]
+    #: the configs that speculate (caveats.speculative_configs).
+    speculative: frozenset[str]
+    points: Mapping[str, Point]
+    #: campaign -> its within-campaign comparisons, each derived once, when
+    #: first asked for (a document shows its latest campaigns only).
+    _comparisons: dict[str, dict[str, list[Comparison]]] = field(default_factory=dict, compare=False, repr=False)
+
+    def comparisons(self, campaigns: Collection[str] | None = None) -> CampaignComparisons:
+        """(campaign, workload) -> the comparisons of every candidate with the
+        baseline there, judged by today's noise estimate; of ``campaigns``
+        only, if given."""
+        wanted = [c.name for c in self.data.campaigns] if campaigns is None else sorted(campaigns)
+        missing = {c for c in wanted if c not in self._comparisons}
+        if missing:
+            done = self.concluded
+            found = comparisons_in_campaigns(self.rules, done.cells, done.tables, missing)
+            for name in missing:
+                self._comparisons[name] = {}
+            for (campaign, workload), comps in found.items():
+                self._comparisons[campaign][workload] = comps
+        return {(c, w): comps for c in wanted for w, comps in sorted(self._comparisons[c].items())}
+
+    @property
+    def conclusions(self) -> Conclusions:
+        return self.concluded.conclusions
+
+    @property
+    def cells(self) -> list[Cell]:
+        return self.concluded.cells
+
+    @property
+    def tables(self) -> Mapping[str, Table]:
+        return self.concluded.tables
+
+    @property
+    def moves(self) -> list[regressions.Move]:
+        return self.concluded.moves
+
+    def caveats_of(self, comp: Comparison) -> tuple[str, ...]:
+        """Why a comparison's verdict is not a deployment fact (or nothing)."""
+        return caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, self.speculative,
+                                          self.points)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable ``conclusions --json`` shape."""
+        done = self.concluded
+        why: Callable[[Comparison], tuple[str, ...]] = self.caveats_of
+        return to_json(done.conclusions, list(self.history), dict(self.flags), caveats=why,
+                       failures_unknown=list(self.failures_unknown), steps=done.steps, drift=done.drift,
+                       suspect=done.suspect, baseline_moved=done.baseline_moved,
+                       by_category=list(self.by_category), open_loop=self.open_loop)
+
+
+def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = None) -> Derived:
+    """Everything the outputs need, once. ``history_cache``: the replay's
+    per-campaign-prefix cache (findings/derive/history.py), which changes
+    only how fast the history is found, never what it is."""
+    gate_flags = flagged(data, rules.gates)
+    valid = cells(data, rules, gate_flags)
+    done = regressions.conclude_with_steps(data, rules, valid)
+    flags = {**gate_flags, **done.suspect_flags}
+    return Derived(
+        data=data, rules=rules, gate_flags=gate_flags, flags=flags, concluded=done,
+        history=tuple(replay(data, rules, done.cells, done.moves, cache=history_cache)),
+        open_loop=openloop.conclude(data, rules, flags),
+        by_category=tuple(categories.differences(done.conclusions, categories.families(data.points),
+                                                 SIMULATED_SUFFIX)),
+        failures_unknown=tuple(failures_unknown(data)),
+        speculative=caveats.speculative_configs(data.configs, data.points),
+        points={p.id: p for p in data.points},
+    )

@@ -189,8 +189,14 @@ def _pair(a: Scalar, b: Scalar) -> str:
 
 
 def describe_facts(changes: Sequence[FactChange]) -> str:
-    """``sglang_version 0.5.20 → 0.5.23, eagle_topk 4 → 1``."""
-    return ", ".join(f"{k} {_pair(a, b)}" for k, a, b in changes)
+    """``sglang_version 0.5.20 → 0.5.23, eagle_topk 4 → 1``. Facts that changed
+    from and to the same values are one change, named together
+    (``model_path / served_model_name / launch_command --model-path a → b``):
+    one new model is not three changes."""
+    groups: dict[str, list[str]] = {}
+    for k, a, b in changes:
+        groups.setdefault(_pair(a, b), []).append(k)
+    return ", ".join(f"{' / '.join(keys)} {pair}" for pair, keys in groups.items())
 
 
 def facts_json(changes: Sequence[FactChange]) -> dict[str, list[Scalar]]:

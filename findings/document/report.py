@@ -255,20 +255,35 @@ def _slo_line(vs: list[views.CellView], slo: views.Slo) -> str | None:
     return text + "."
 
 
+#: Run ids named in one grouped "Sources" line, at most (the appendix names every point's run).
+SOURCE_RUNS_NAMED = 3
+
+
 def _sources(points: list[Point], data: Dataset) -> list[str]:
+    """One line per source: the runs read the same way from the same file (a
+    benchmark writes one run per point) share it, with their count, the
+    first run ids and the file lines they came from."""
     by_run: dict[str, list[Point]] = {}
     for p in points:
         by_run.setdefault(p.run_id, []).append(p)
     runs = {r.run_id: r for r in data.runs}
-    out = []
+    groups: dict[tuple[str, str], list[str]] = {}
     for run_id in sorted(by_run):
-        pts = by_run[run_id]
         run = runs.get(run_id)
-        lines = [p.source_line for p in pts if p.source_line is not None]
-        where = f", lines {_ranges(lines)}" if lines else ""
         what = f"{run.source} via {run.importer} v{run.importer_version}" if run else "?"
         src = run.source_file if run and run.source_file else "(no file)"
-        out.append(f"run {run_id}: {what}, {src}{where}, {len(pts)} points")
+        groups.setdefault((what, src), []).append(run_id)
+    out = []
+    for (what, src), ids in groups.items():
+        pts = [p for i in ids for p in by_run[i]]
+        lines = [p.source_line for p in pts if p.source_line is not None]
+        where = f", lines {_ranges(lines)}" if lines else ""
+        if len(ids) == 1:
+            out.append(f"run {ids[0]}: {what}, {src}{where}, {len(pts)} points")
+            continue
+        named = ", ".join(ids[:SOURCE_RUNS_NAMED]) + (f" and {len(ids) - SOURCE_RUNS_NAMED} more"
+                                                       if len(ids) > SOURCE_RUNS_NAMED else "")
+        out.append(f"{len(ids)} runs ({named}): {what}, {src}{where}, {len(pts)} points")
     return out
 
 
@@ -303,14 +318,18 @@ QUIET_FACTS = frozenset({
 
 
 def _configs(data: Dataset, rules: Rules) -> Table:
+    """One row per recorded fact (the config named on its first): narrow rows,
+    however many facts a server reports."""
     names = sorted({p.config for p in data.points}, key=lambda n: (n != rules.baseline, n))
     rows = []
     for n in names:
-        facts = data.configs.get(n, {})
-        text = "; ".join(f"{k}: {_scalar(v)}" for k, v in sorted(facts.items())
-                         if _scalar(v) != "" and k not in QUIET_FACTS)
-        rows.append((n, text or "(no facts recorded)"))
-    return Table(("Config", "Facts"), tuple(rows), ("left", "left"))
+        facts = [(k, _scalar(v)) for k, v in sorted(data.configs.get(n, {}).items())
+                 if _scalar(v) != "" and k not in QUIET_FACTS]
+        if not facts:
+            rows.append((n, "(no facts recorded)", ""))
+        for i, (k, v) in enumerate(facts):
+            rows.append((n if i == 0 else "", k, v))
+    return Table(("Config", "Fact", "Value"), tuple(rows), ("left", "left", "left"))
 
 
 def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], list[str], dict[str, Any] | None]:
@@ -560,6 +579,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         "caveat_mark": caveats.MARK,
         "unknown_mark": UNKNOWN_FAILURES,
         "any_simulated": any(p.simulated for p in data.points),
+        "all_simulated": all(p.simulated for p in data.points),
         "baseline": rules.baseline,
         "floor": fmt.band(rules.noise_floor),
         "floor_pct": f"{rules.noise_floor * 100:.1f}%",

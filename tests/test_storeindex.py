@@ -100,3 +100,46 @@ def test_the_index_agrees_with_the_full_check_on_every_refusal(tmp_path: Path) -
     assert r.exit_code == 0, r.output
     docs = [json.loads(p.read_text()) for p in (st / "runs").glob("*.json")]
     assert len(docs) == 2 and storeindex.status(st).state == "current"
+
+
+def _variant(run, tag: str, **points_changes):
+    """``run`` as another file (its own id, content hash and lines), its points changed."""
+    import dataclasses
+    rid = f"{run.run_id}-{tag}"
+    pts = tuple(dataclasses.replace(p, id=f"{rid}/{i}", run_id=rid, source_line=None, **points_changes)
+                for i, p in enumerate(run.points))
+    return dataclasses.replace(run, run_id=rid, source_sha256=f"{tag:0>64}"[-64:], points=pts,
+                               line_hashes=frozenset(f"{h}-{tag}" for h in run.line_hashes))
+
+
+def test_a_batch_is_checked_against_its_own_earlier_runs(tmp_path: Path) -> None:
+    """Issue 28: the index checks each run of a batch against the runs before
+    it in one pass (a Pending set, not every earlier run again); every
+    refusal between runs of one batch still happens, and writes nothing."""
+    import dataclasses
+
+    from findings.core.errors import LabelError, StoreError
+    st = seeded(tmp_path)
+    base = rigor_run()
+    before = sorted(p.name for p in (st / "runs").iterdir())
+    a = _variant(base, "a")
+    # The same run twice in one batch; another file with the same records.
+    with pytest.raises(DuplicateError):
+        store.add_runs(st, [a, dataclasses.replace(a)])
+    with pytest.raises(DuplicateError, match="already ingested"):
+        store.add_runs(st, [a, dataclasses.replace(_variant(base, "x"), line_hashes=a.line_hashes)])
+    # One campaign dated two ways within the batch.
+    b = _variant(base, "b")
+    other = dataclasses.replace(b, campaigns=(dataclasses.replace(b.campaigns[0], date="2026-11-16"),))
+    with pytest.raises(StoreError, match="rigor-check"):
+        store.add_runs(st, [a, other])
+    # One workload name given two definitions within the batch.
+    c = _variant(base, "c", workload_params={"input_len": 512})
+    d = _variant(base, "d", workload_params={"input_len": 1024})
+    with pytest.raises(LabelError, match="chat-512"):
+        store.add_runs(st, [c, d])
+    assert sorted(p.name for p in (st / "runs").iterdir()) == before
+    # Runs that agree are all written, the index still current.
+    store.add_runs(st, [a, b, _variant(base, "e")])
+    assert len(list((st / "runs").glob("*.json"))) == len([n for n in before if n.endswith(".json")]) + 3
+    assert storeindex.status(st).state == "current"

@@ -251,7 +251,7 @@ def add_runs(store: Path, runs: list[Run], *, baseline: str | None = None,
                 index: storeindex.Index | None = stack.enter_context(storeindex.open_for_write(store))
             except (sqlite3.Error, OSError, StoreError):
                 index = None  # no index (a full disk, a damaged run file): the full check
-            if index is None or any(index.conflicts(run, runs[:i]) for i, run in enumerate(runs)):
+            if index is None or _any_conflict(index, runs):
                 existing = load_runs(store, requests=False)
                 for i, run in enumerate(runs):
                     _check_not_stored(existing + runs[:i], run)
@@ -270,6 +270,17 @@ def add_runs(store: Path, runs: list[Run], *, baseline: str | None = None,
                     with contextlib.suppress(sqlite3.Error, OSError):
                         index.added(runs[:len(written)])  # else stale, and brought up to date next time
             return written
+
+
+def _any_conflict(index: storeindex.Index, runs: list[Run]) -> bool:
+    """Whether any run of the batch might be refused, against the store and
+    the batch's runs before it (each check costing its own run)."""
+    pending = storeindex.Pending()
+    for run in runs:
+        if index.conflicts(run, pending):
+            return True
+        pending.add(run)
+    return False
 
 
 def _outcome(store: Path, written: list[Path], unwritten: list[Run]) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from findings.store import identity
-from findings.core.model import Run
+from findings.core.model import Campaign, Run
 
 NAME = ".findings-index.sqlite3"
 #: 2: per-run kinds, and each run's workload definitions and config facts
@@ -107,6 +107,33 @@ def status(store: Path) -> Status:
     return Status("stale", "; ".join(parts) + "; brought up to date at the next write")
 
 
+class Pending:
+    """The runs of one batch checked so far, gathered so that checking the
+    next one costs that run, not the batch (Index.conflicts): their content
+    hashes, ids, record lines, campaigns with their kinds (simulated or not),
+    and what their names stand for (identity.Known). Runs that conflict with
+    each other never get this far together: the first conflict sends the
+    whole batch to the full check."""
+
+    def __init__(self) -> None:
+        self.shas: set[str] = set()
+        self.ids: set[str] = set()
+        self.lines: set[str] = set()
+        self.kinds: dict[str, set[bool]] = {}
+        self.campaigns: dict[str, set[Campaign]] = {}
+        self.known = identity.Known()
+
+    def add(self, run: Run) -> None:
+        self.shas.add(run.source_sha256)
+        self.ids.add(run.run_id)
+        self.lines.update(run.line_hashes)
+        for p in run.points:
+            self.kinds.setdefault(p.campaign, set()).add(p.simulated)
+        for camp in run.campaigns:
+            self.campaigns.setdefault(camp.name, set()).add(camp)
+        self.known.add(run)
+
+
 class Index:
     """The open index of one store, for a writer holding the store's lock."""
 
@@ -114,18 +141,25 @@ class Index:
         self.store, self.con = store, con
 
     # -- reading
-    def conflicts(self, run: Run, pending: Iterable[Run] = ()) -> bool:
+    def conflicts(self, run: Run, pending: Pending | Iterable[Run] = ()) -> bool:
         """Whether ``run`` might be refused: a stored (or pending) run with the
         same content, id or records, a campaign another run dates or orders
-        otherwise, or a campaign that would mix simulated and real points.
-        The caller then runs the full check, for its exact message."""
-        others = list(pending)
+        otherwise, a campaign that would mix simulated and real points, or a
+        name given another meaning. The caller then runs the full check, for
+        its exact message. ``pending``: the batch's runs before this one, best
+        as a ``Pending`` the caller adds each checked run to (a list is
+        gathered into one here, each call then costing the whole list)."""
+        if not isinstance(pending, Pending):
+            gathered = Pending()
+            for o in pending:
+                gathered.add(o)
+            pending = gathered
         c = self.con
         if c.execute("SELECT 1 FROM runs WHERE source_sha256 = ? OR run_id = ? LIMIT 1",
                      (run.source_sha256, run.run_id)).fetchone():
             return True
-        if any(o.source_sha256 == run.source_sha256 or o.run_id == run.run_id or o.line_hashes & run.line_hashes
-               for o in others):
+        if run.source_sha256 in pending.shas or run.run_id in pending.ids or not pending.lines.isdisjoint(
+                run.line_hashes):
             return True
         hashes = sorted(run.line_hashes)
         for i in range(0, len(hashes), 500):
@@ -136,22 +170,17 @@ class Index:
         kinds: dict[str, set[bool]] = {}
         for p in run.points:
             kinds.setdefault(p.campaign, set()).add(p.simulated)
-        for o in others:
-            for p in o.points:
-                kinds.setdefault(p.campaign, set()).add(p.simulated)
         for camp in run.campaigns:
             for date, order in c.execute("SELECT date, ord FROM campaigns WHERE name = ?", (camp.name,)):
                 if (date, order) != (camp.date, camp.order):
                     return True
-            for o in others:
-                for oc in o.campaigns:
-                    if oc.name == camp.name and oc != camp:
-                        return True
-            stored = {bool(s) for (s,) in c.execute("SELECT simulated FROM kinds WHERE name = ?", (camp.name,))}
-            if len(stored | kinds.get(camp.name, set())) > 1:
+            if any(oc != camp for oc in pending.campaigns.get(camp.name, ())):
                 return True
-        return self._relabelled(run) or any(identity.workload_conflicts([o], run) or identity.facts_conflicts([o], run)
-                                            for o in others)
+            stored = {bool(s) for (s,) in c.execute("SELECT simulated FROM kinds WHERE name = ?", (camp.name,))}
+            if len(stored | kinds.get(camp.name, set()) | pending.kinds.get(camp.name, set())) > 1:
+                return True
+        return (self._relabelled(run) or bool(pending.known.workload_conflicts(run))
+                or bool(pending.known.facts_conflicts(run)))
 
     def _relabelled(self, run: Run) -> bool:
         """Whether ``run`` may redefine a stored workload, or give a config

@@ -32,7 +32,7 @@ from findings.derive.analysis import (SIMULATED_SUFFIX, Cell, Comparison, Conclu
                                       comparisons_in_campaigns)
 from findings.derive.history import Entry, HistoryCache, replay
 from findings.derive.jsonform import to_json
-from findings.derive.validity import failures_unknown, flagged
+from findings.derive.validity import Counts, assess
 
 #: (campaign, workload) -> the comparisons of every candidate with the baseline there.
 CampaignComparisons = Mapping[tuple[str, str], list[Comparison]]
@@ -57,6 +57,8 @@ class Derived:
     by_category: tuple[categories.Difference, ...]
     #: ids of the points whose source does not record how many requests failed.
     failures_unknown: tuple[str, ...]
+    #: point id -> its request counts (validity.counts).
+    counts: Mapping[str, Counts]
     #: the configs that speculate (caveats.speculative_configs).
     speculative: frozenset[str]
     points: Mapping[str, Point]
@@ -114,7 +116,7 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
     """Everything the outputs need, once. ``history_cache``: the replay's
     per-campaign-prefix cache (findings/derive/history.py), which changes
     only how fast the history is found, never what it is."""
-    gate_flags = flagged(data, rules.gates)
+    gate_flags, every = assess(data, rules.gates)
     valid = cells(data, rules, gate_flags)
     done = regressions.conclude_with_steps(data, rules, valid)
     flags = {**gate_flags, **done.suspect_flags}
@@ -124,7 +126,8 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
         open_loop=openloop.conclude(data, rules, flags),
         by_category=tuple(categories.differences(done.conclusions, categories.families(data.points),
                                                  SIMULATED_SUFFIX)),
-        failures_unknown=tuple(failures_unknown(data)),
+        failures_unknown=tuple(p.id for p in data.points if every[p.id].failures_unknown),
+        counts=every,
         speculative=caveats.speculative_configs(data.configs, data.points),
         points={p.id: p for p in data.points},
     )

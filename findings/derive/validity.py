@@ -126,10 +126,11 @@ def counts(p: Point) -> Counts:
     return Counts(planned=planned, completed=completed, failed=failed)
 
 
-def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates) -> tuple[str, ...]:
+def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates, n: Counts | None = None) -> tuple[str, ...]:
+    """Why the point fails a gate (empty: it passes). ``n``: its ``counts``, if known."""
     m = p.metrics
     out = []
-    n = counts(p)
+    n = counts(p) if n is None else n
     if n.all_failed:
         sent = n.planned if n.planned is not None else n.failed
         out.append(f"all {sent} requests failed" if sent else "all requests failed")
@@ -180,9 +181,16 @@ def failures_unknown(data: Dataset) -> list[str]:
 
 def flagged(data: Dataset, gates: Gates) -> dict[str, tuple[str, ...]]:
     """Point id -> reasons, for every point that fails a gate."""
+    return assess(data, gates)[0]
+
+
+def assess(data: Dataset, gates: Gates) -> tuple[dict[str, tuple[str, ...]], dict[str, Counts]]:
+    """``flagged`` and every point's ``counts``, in one pass (each point counted once)."""
     out = {}
+    every: dict[str, Counts] = {}
     for p in data.points:
-        why = reasons(p, data.configs.get(p.config, {}), gates)
+        n = every[p.id] = counts(p)
+        why = reasons(p, data.configs.get(p.config, {}), gates, n)
         if why:
             out[p.id] = why
-    return out
+    return out, every

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from findings.core import fmt
 from findings.core.model import THROUGHPUT, Dataset, Point, Scalar
@@ -19,7 +19,7 @@ from findings.derive import openloop as load_verdicts
 from findings.derive.analysis import Cell, Comparison, Conclusions, Rules, analysis_workload
 from findings.derive.derived import Derived
 from findings.derive.history import Entry
-from findings.derive.validity import counts
+from findings.derive.validity import Counts, counts
 from findings.document import openloop as load_present
 from findings.document import prose, views
 
@@ -421,7 +421,8 @@ def _deploy_block(d: deploy.Deployment) -> dict[str, Any]:
             "notes": list(d.notes), "engines": engines}
 
 
-def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool) -> Table:
+def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool,
+              n_of: Mapping[str, Counts]) -> Table:
     runs = {r.run_id: r for r in data.runs}
     rows = []
     for p in labels.points:
@@ -432,7 +433,7 @@ def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, 
         where = f"{src}:{p.source_line}" if p.source_line is not None else str(src)
         rows.append((labels.of[p.id], p.id, p.campaign, analysis_workload(p.workload, p.simulated), p.config,
                      str(p.concurrency), fmt.tput(p.metrics[THROUGHPUT]) if THROUGHPUT in p.metrics else "n/a",
-                     counts(p).describe(), where, "; ".join(flags.get(p.id, ()))))
+                     n_of[p.id].describe(), where, "; ".join(flags.get(p.id, ()))))
     return Table(("label", "point id", "campaign", "workload", "config", "C", "tok/s", "requests", "source",
                   "flagged"), tuple(rows),
                  ("left", "left", "left", "left", "left", "right", "right", "left", "left", "left"))
@@ -528,7 +529,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
             sections.append({
                 "name": w,
                 "table": table,
-                "unknown_failures": any(counts(p).failures_unknown for p in wpts),
+                "unknown_failures": any(derived.counts[p.id].failures_unknown for p in wpts),
                 "caveat": caveats.describe(caveats.verdict_reasons(
                     [p.id for p in wpts if p.config in marks.spec], points)) if any(
                     caveats.MARK in cell for row in table.rows for cell in row) else None,
@@ -563,7 +564,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         hidden_campaigns = {"count": len(hidden), "shown": len(shown), "first": hidden[0].name,
                             "first_when": hidden[0].when, "last": hidden[-1].name, "last_when": hidden[-1].when,
                             "points": sum(len(p) for c in hidden for p in by_campaign.get(c.name, {}).values())}
-    appendix = _appendix(labels, flags, data, only_cited=bool(hidden))
+    appendix = _appendix(labels, flags, data, only_cited=bool(hidden), n_of=derived.counts)
     moves_shown = [m for m in found if m.campaign in shown_names]
     n_unknown = len(derived.failures_unknown)
     return {
@@ -574,7 +575,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         "n_runs": len(data.runs),
         "n_flagged": len(flags),
         "n_failures_unknown": n_unknown,
-        "n_all_failed": sum(1 for p in data.points if counts(p).all_failed),
+        "n_all_failed": sum(1 for n in derived.counts.values() if n.all_failed),
         "caveat": caveats.EXPLANATION if marks.seen else None,
         "caveat_mark": caveats.MARK,
         "unknown_mark": UNKNOWN_FAILURES,

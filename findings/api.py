@@ -68,7 +68,8 @@ def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derive
     found = found if found is not None else rendercache.scan(settings.store)
     data = rendercache.load(settings.store, found)
     history = rendercache.get_history(found)
-    result = derive(data, settings.rules, history)
+    with store.quiet_gc():  # millions of new objects, no cycles: a third of the time at 100k points
+        result = derive(data, settings.rules, history)
     rendercache.put_history(found, history)
     return result
 
@@ -85,7 +86,9 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
     hit = rendercache.get_document(found, slot, key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    built = _document(settings, document, derived(settings, found), acts)
+    d = derived(settings, found)
+    with store.quiet_gc():
+        built = _document(settings, document, d, acts)
     rendercache.put_document(found, slot, key, built)
     return built
 

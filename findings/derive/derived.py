@@ -44,9 +44,8 @@ class Derived:
 
     data: Dataset
     rules: Rules
-    #: point id -> why it is left out: the validity gates' reasons.
-    gate_flags: Mapping[str, tuple[str, ...]]
-    #: the gates' flags and the suspect moves' (marked, in no verdict).
+    #: point id -> why it is left out: the validity gates' reasons and the
+    #: suspect moves' (marked, in no verdict).
     flags: Mapping[str, tuple[str, ...]]
     #: the moves, the step-aware tables, the conclusions and the
     #: baseline-moved sentences (``cells``: the valid cells less suspects).
@@ -121,7 +120,7 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
     done = regressions.conclude_with_steps(data, rules, valid)
     flags = {**gate_flags, **done.suspect_flags}
     return Derived(
-        data=data, rules=rules, gate_flags=gate_flags, flags=flags, concluded=done,
+        data=data, rules=rules, flags=flags, concluded=done,
         history=tuple(replay(data, rules, done.cells, done.moves, cache=history_cache)),
         open_loop=openloop.conclude(data, rules, flags),
         by_category=tuple(categories.differences(done.conclusions, categories.families(data.points),

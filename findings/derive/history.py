@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 from findings.core import fmt
 from findings.derive import regressions
-from findings.derive.analysis import (Best, Candidate, Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion, cells,
-                               conclude_table)
+from findings.derive.analysis import (Best, Candidate, Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion,
+                                      cells, conclude_table)
 from findings.core.model import Campaign, Dataset, Scalar
 from findings.derive.regressions import FactChange
 
@@ -246,13 +246,13 @@ def _chain(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
 
 
 def steps(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
-          found: list[regressions.Move] | None = None) -> Iterator[tuple[Campaign, Conclusions]]:
+          found: list[regressions.Move] | None = None) -> list[tuple[Campaign, Conclusions]]:
     """The whole conclusions after each campaign, in turn (what ``replay``
     records of them is each candidate's policy): for the tests that hold
     each step equal to deriving that prefix of the store again."""
     seen: list[tuple[Campaign, Conclusions]] = []
     replay(data, rules, all_cells, found, on_step=lambda c, k: seen.append((c, k)))
-    yield from seen
+    return seen
 
 
 def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,

@@ -44,11 +44,11 @@ import math
 import shlex
 import types
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 from findings.core import fmt
-from findings.derive.analysis import (Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion, cells,
-                                      comparisons_in_campaigns, conclude_tables, workload_tables)
+from findings.derive.analysis import (Cell, Conclusions, Rules, Table, WorkloadConclusion, cells, conclude_tables,
+                                      workload_tables)
 from findings.core.model import Dataset, Scalar
 from findings.derive.stats import ratio_ci
 
@@ -421,17 +421,6 @@ def conclude(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     if tabs is None:
         tabs = tables(data, rules, cells(data, rules) if all_cells is None else all_cells)
     return conclude_tables(rules, tabs)
-
-
-def campaign_comparisons(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
-                         campaigns: Collection[str] | None = None,
-                         tabs: Mapping[str, Table] | None = None) -> Mapping[tuple[str, str], list[Comparison]]:
-    """analysis.comparisons_in_campaigns, the tables built here if not given."""
-    if all_cells is None:
-        all_cells = cells(data, rules)
-    if tabs is None:
-        tabs = tables(data, rules, all_cells)
-    return comparisons_in_campaigns(rules, all_cells, tabs, campaigns)
 
 
 def without_suspects(all_cells: list[Cell], found: Iterable[Move]) -> list[Cell]:

@@ -174,11 +174,6 @@ def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates, n: Counts | Non
     return tuple(out)
 
 
-def failures_unknown(data: Dataset) -> list[str]:
-    """Ids of the points whose source does not record how many requests failed."""
-    return [p.id for p in data.points if counts(p).failures_unknown]
-
-
 def flagged(data: Dataset, gates: Gates) -> dict[str, tuple[str, ...]]:
     """Point id -> reasons, for every point that fails a gate."""
     return assess(data, gates)[0]

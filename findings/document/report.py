@@ -19,7 +19,7 @@ from findings.derive import openloop as load_verdicts
 from findings.derive.analysis import Cell, Comparison, Conclusions, Rules, analysis_workload
 from findings.derive.derived import Derived
 from findings.derive.history import Entry
-from findings.derive.validity import Counts, counts
+from findings.derive.validity import Counts
 from findings.document import openloop as load_present
 from findings.document import prose, views
 
@@ -116,7 +116,8 @@ UNKNOWN_FAILURES = "†"
 
 
 def _campaign_table(rules: Rules, pts: list[Point], mine: list[Cell], comps: list[Comparison],
-                    flags: dict[str, tuple[str, ...]], labels: Labels, marks: Marks) -> Table:
+                    flags: dict[str, tuple[str, ...]], labels: Labels, marks: Marks,
+                    n_of: Mapping[str, Counts]) -> Table:
     """One campaign's table for one workload: ``pts`` its points, ``mine`` its valid cells."""
     configs = sorted({p.config for p in pts}, key=lambda n: (n != rules.baseline, n))
     concs = sorted({p.concurrency for p in pts})
@@ -137,11 +138,11 @@ def _campaign_table(rules: Rules, pts: list[Point], mine: list[Cell], comps: lis
             here = at.get((n, conc), [])
             bad = [p for p in here if p.id in flags]
             mark = f" ⚠ {len(bad)} flagged" if bad else ""
-            if cell is not None and any(counts(p).failures_unknown for p in here if p.id in cell.point_ids):
+            if cell is not None and any(n_of[p.id].failures_unknown for p in here if p.id in cell.point_ids):
                 mark = f" {UNKNOWN_FAILURES}{mark}"
             ids.extend(p.id for p in here)
             if cell is None:
-                failed = here and all(counts(p).all_failed for p in here)
+                failed = here and all(n_of[p.id].all_failed for p in here)
                 row.append(f"{'n/a, all failed' if failed else '—'}{mark}")
             elif cell.n > 1:
                 row.append(f"{fmt.tput(cell.mean)} (n={cell.n}, range {cell.spread * 100:.1f}%){mark}")
@@ -525,7 +526,8 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
             wpts = mine_by_workload[w]
             notes = sorted({f"{p.config} at C={p.concurrency}: {p.note}" for p in wpts if p.note})
             mine = valid_at.get((c.name, w), [])
-            table = _campaign_table(rules, wpts, mine, comps.get((c.name, w), []), flags, labels, marks)
+            table = _campaign_table(rules, wpts, mine, comps.get((c.name, w), []), flags, labels, marks,
+                                    derived.counts)
             sections.append({
                 "name": w,
                 "table": table,

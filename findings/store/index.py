@@ -144,19 +144,13 @@ class Index:
         self.store, self.con = store, con
 
     # -- reading
-    def conflicts(self, run: Run, pending: Pending | Iterable[Run] = ()) -> bool:
+    def conflicts(self, run: Run, pending: Pending) -> bool:
         """Whether ``run`` might be refused: a stored (or pending) run with the
         same content, id or records, a campaign another run dates or orders
         otherwise, a campaign that would mix simulated and real points, or a
         name given another meaning. The caller then runs the full check, for
-        its exact message. ``pending``: the batch's runs before this one, best
-        as a ``Pending`` the caller adds each checked run to (a list is
-        gathered into one here, each call then costing the whole list)."""
-        if not isinstance(pending, Pending):
-            gathered = Pending()
-            for o in pending:
-                gathered.add(o)
-            pending = gathered
+        its exact message. ``pending``: the batch's runs before this one, which
+        the caller adds each checked run to."""
         c = self.con
         if c.execute("SELECT 1 FROM runs WHERE source_sha256 = ? OR run_id = ? LIMIT 1",
                      (run.source_sha256, run.run_id)).fetchone():

@@ -84,6 +84,7 @@ def code_fingerprint() -> str:
     if _CODE is None:
         h = hashlib.sha256(f"{VERSION}|{sys.version}".encode())
         _hash_tree(h, PACKAGE, "*.py")
+        _hash_tree(h, PACKAGE / "templates", "*.j2")  # the packaged base templates
         _CODE = h.hexdigest()
     return _CODE
 

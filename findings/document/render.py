@@ -23,6 +23,11 @@ from findings.core.errors import FindingsError
 from findings.document.report import Table
 
 NOTES = "notes"
+#: The base templates that ship inside the package (findings/templates/).
+PACKAGED = Path(__file__).resolve().parent.parent / "templates"
+#: The prefix that always names a packaged template, even where the
+#: repository's own folder holds a file of the same name.
+PREFIX = "findings"
 
 
 def markdown_table(table: Table | None) -> str:
@@ -78,9 +83,22 @@ def _notes(folder: Path) -> Callable[[], list[dict[str, str]]]:
     return notes
 
 
+def loader(templates: Path) -> jinja2.BaseLoader:
+    """The search path, first match wins: the repository's own templates
+    folder (where it exists), then the packaged base templates; and
+    ``findings/NAME`` always the packaged NAME, so that a repository's
+    template may extend the base and override its blocks."""
+    packaged = jinja2.FileSystemLoader(str(PACKAGED))
+    chain: list[jinja2.BaseLoader] = []
+    if templates.is_dir():
+        chain.append(jinja2.FileSystemLoader(str(templates)))
+    chain += [jinja2.PrefixLoader({PREFIX: packaged}), packaged]
+    return jinja2.ChoiceLoader(chain)
+
+
 def environment(templates: Path) -> jinja2.Environment:
     env = jinja2.sandbox.SandboxedEnvironment(
-        loader=jinja2.FileSystemLoader(str(templates)),
+        loader=loader(templates),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -104,7 +122,9 @@ def render(templates: Path, template: str, doc: dict[str, Any],
         env.globals.update(functions or {})
         out = env.get_template(template).render(doc=doc)
     except jinja2.TemplateNotFound as exc:
-        raise FindingsError(f"{templates}: template {exc.name!r} not found") from exc
+        where = f"{templates} or the packaged templates" if templates.is_dir() else \
+            f"the packaged templates ({templates} does not exist)"
+        raise FindingsError(f"template {exc.name!r} not found in {where}") from exc
     except jinja2.TemplateSyntaxError as exc:
         raise FindingsError(f"{exc.filename or template}:{exc.lineno}: template syntax error: {exc.message}") from exc
     except jinja2.UndefinedError as exc:

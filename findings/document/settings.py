@@ -21,9 +21,9 @@ from findings.document.views import Slo
 
 FILE = "findings.toml"
 DEFAULT_STORE = "benchmarks/results"
-DEFAULT_DOCUMENT = "eagle-fast-verify.md"
+DEFAULT_DOCUMENT = "findings.md"
 DEFAULT_TEMPLATES = "templates"
-DEFAULT_TEMPLATE = "eagle-fast-verify.md.j2"
+DEFAULT_TEMPLATE = "findings/base.md.j2"
 #: Default noise floor; see docs/decisions.md for why 4%.
 DEFAULT_FLOOR = 0.04
 #: How many of the latest campaigns the document details (docs/settings.md).

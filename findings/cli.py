@@ -73,6 +73,34 @@ def main(ctx: click.Context, store: str | None, settings_file: str | None, basel
     ctx.obj = Context(store, settings_file, baseline, noise_floor)
 
 
+@main.command("init")
+@click.argument("folder", required=False, default=".", type=click.Path(file_okay=False))
+@click.option("--title", default="Findings", show_default=True, help="The document's title.")
+@click.option("--baseline", "init_baseline", metavar="NAME", default=None,
+              help="The config candidates are compared with. Default: the global --baseline, else 'baseline'.")
+@click.option("--store", "init_store", metavar="DIR", default=None,
+              help="The store to create, relative to FOLDER. Default: the global --store, else benchmarks/results.")
+@click.option("--document", default="findings.md", show_default=True, metavar="PATH",
+              help="The document, relative to FOLDER.")
+@click.option("--install", metavar="REQUIREMENT", default=None,
+              help="What the CI workflow pip-installs (a version, a wheel, a git URL). Default: findings==VERSION.")
+@click.option("--simulated", is_flag=True,
+              help="A store for the emulator's simulated results only (to try findings out); else a real store.")
+@click.pass_obj
+def init_cmd(obj: Context, folder: str, title: str, init_baseline: str | None, init_store: str | None,
+             document: str, install: str | None, simulated: bool) -> None:
+    """Start findings in a repository: findings.toml, an empty store, a template extending the
+    packaged base, a CI workflow and .gitignore lines. Overwrites nothing."""
+    from findings import scaffold
+
+    defaults = scaffold.Options()
+    options = scaffold.Options(title=title, baseline=init_baseline or obj.baseline or defaults.baseline,
+                               store=init_store or obj.store or defaults.store, document=document,
+                               install=install or defaults.install, simulated=simulated)
+    done = _run(scaffold.init, Path(folder), options)
+    click.echo("\n".join(done.lines()))
+
+
 @main.group()
 def ingest() -> None:
     """Import results written by other tools into the store."""
@@ -533,13 +561,15 @@ def store_relabel(obj: Context, run_id: str, config: str | None, workload: str |
 
 @main.command()
 @click.argument("base_ref", required=False)
+@click.argument("head_ref", required=False)
 @click.pass_obj
-def diff(obj: Context, base_ref: str | None) -> None:
-    """Markdown summary of what changed in conclusions since BASE_REF (default: merge base with main)."""
+def diff(obj: Context, base_ref: str | None, head_ref: str | None) -> None:
+    """Markdown summary of what changed in conclusions since BASE_REF (default: merge base with main),
+    in the working tree or, given HEAD_REF too, at that revision."""
     from findings.document import diff as diff_lib
 
     s = _run(obj.settings)
-    click.echo(_run(diff_lib.diff_markdown, s, base_ref), nl=False)
+    click.echo(_run(diff_lib.diff_markdown, s, base_ref, head_ref), nl=False)
 
 
 @main.command()
@@ -559,7 +589,7 @@ def render(obj: Context, output: str | None, check: bool) -> None:
     if check:
         if result.changed:
             click.echo(result.diff, err=True)
-            click.echo(f"Error: {result.path} is stale; run 'make render' (findings render) and commit",
+            click.echo(f"Error: {result.path} is stale; run 'findings render' and commit",
                        err=True)
             sys.exit(1)
         click.echo(f"{result.path} is up to date")
@@ -594,7 +624,7 @@ def _accept_globals(group: click.Group) -> None:
     for cmd in group.commands.values():
         if isinstance(cmd, click.Group):
             _accept_globals(cmd)
-        elif cmd is not emulate:  # the emulator reads no store and no settings
+        elif cmd not in (emulate, init_cmd):  # they read no store and no settings
             taken = {o for p in cmd.params for o in getattr(p, "opts", [])}
             cmd.params.extend(o for o in _global_options() if not taken & set(o.opts))
 

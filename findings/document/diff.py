@@ -228,25 +228,40 @@ def derive(data: Dataset, settings: Settings) -> Side:
     )
 
 
-def diff_markdown(settings: Settings, base_ref: str | None = None) -> str:
-    """The markdown summary of what the working tree's store changes against ``base_ref``."""
-    top = _toplevel(settings.store)
-    store_rel = _store_in_repo(top, settings.store)
-    base = resolve_base(top, base_ref)
+def _label(top: Path, base: Base) -> str:
     short = base.commit[:7]
     try:
         short = _git(top, "rev-parse", "--short", base.commit).decode().strip() or short
     except _GitFailed:
         pass
+    return f"{fmt.code(base.ref)} ({'merge base ' if base.merge_base else ''}{short})"
+
+
+def diff_markdown(settings: Settings, base_ref: str | None = None, head_ref: str | None = None) -> str:
+    """The markdown summary of what the working tree's store (or, with
+    ``head_ref``, the store at that revision) changes against ``base_ref``.
+    Both sides are derived with the working tree's settings."""
+    top = _toplevel(settings.store)
+    store_rel = _store_in_repo(top, settings.store)
+    if head_ref is not None and base_ref is None:
+        raise FindingsError("findings diff A B: name both revisions")
+    base = resolve_base(top, base_ref)
     base_runs = runs_at(top, base.commit, store_rel)
     before = derive(store.merge(base_runs), settings)
+    if head_ref is not None:
+        head = resolve_base(top, head_ref)
+        head_runs = runs_at(top, head.commit, store_rel)
+        if not base_runs and not head_runs:
+            raise FindingsError(f"{store_rel}: no run files at {base.ref} nor at {head.ref}; "
+                                f"check --store or findings.toml")
+        after = derive(store.merge(head_runs), settings)
+        return summary(before, after, _label(top, base), settings, _label(top, head))
     if not base_runs or (settings.store / store.RUNS).is_dir():
         data = store.load(settings.store)  # neither side a store: a typo'd --store, exit 2
     else:
         data = store.merge([])  # the change removes the store
     after = derive(data, settings)
-    label = f"{fmt.code(base.ref)} ({'merge base ' if base.merge_base else ''}{short})"
-    return summary(before, after, label, settings)
+    return summary(before, after, _label(top, base), settings)
 
 
 # ---------------------------------------------------------------- the summary
@@ -527,10 +542,10 @@ def _size(side: Side) -> str:
     return f"{nc} campaign{'s' if nc != 1 else ''}, {npts} point{'s' if npts != 1 else ''}"
 
 
-def summary(before: Side, after: Side, base_label: str, settings: Settings) -> str:
+def summary(before: Side, after: Side, base_label: str, settings: Settings, head_label: str = "working tree") -> str:
     """The markdown summary of two derived sides; deterministic. Nothing
     changed: one line."""
-    out = [f"### findings diff: {base_label} → working tree", ""]
+    out = [f"### findings diff: {base_label} → {head_label}", ""]
     sections = [
         ("", store_edits_section(before, after)),
         ("**Regressions and improvements (new)**", regressions_section(before, after)),
@@ -542,7 +557,8 @@ def summary(before: Side, after: Side, base_label: str, settings: Settings) -> s
         ("**Campaign tables re-judged**", tables_section(before, after)),
     ]
     if not any(lines for _, lines in sections):
-        return f"findings diff: no change against {base_label} ({_size(after)}).\n"
+        at = "" if head_label == "working tree" else f" at {head_label}"
+        return f"findings diff: no change{at} against {base_label} ({_size(after)}).\n"
     out.append(f"Store: {_size(before)} → {_size(after)}.")
     for title, lines in sections:
         if not lines:

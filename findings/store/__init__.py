@@ -119,6 +119,23 @@ def locked(store: Path) -> Iterator[None]:
         yield
 
 
+#: The one file of an empty store's runs/ folder, so that git keeps the folder.
+KEEP = ".gitkeep"
+
+
+def create(store: Path) -> Path:
+    """An empty store at ``store`` (``findings init``): the folder and its
+    ``runs/``, with a ``.gitkeep`` so that a commit keeps the empty folder.
+    An existing store is left as it is."""
+    if (store / RUNS).is_dir():
+        return store
+    if store.exists() and (not store.is_dir() or any(store.iterdir())):
+        raise StoreError(f"{store}: exists and is not an empty folder; not made into a store")
+    diskio.make_dirs(store / RUNS)
+    diskio.write_new(store / RUNS / KEEP, b"")
+    return store
+
+
 def writable(store: Path) -> None:
     """Raise DiskError now if the store cannot take a write (a read-only mount,
     no permission): before a benchmark measures anything. A store that does

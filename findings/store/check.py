@@ -18,6 +18,7 @@ from findings.store import amend, identity
 from findings.core.errors import StoreError
 from findings.core.model import Run
 from findings.store.schema import SIDECAR_SUFFIX, run_from_dict
+from findings.store import KEEP as store_lib_keep
 from findings.store import RUNS, merge, read_sidecar, require
 
 
@@ -49,6 +50,8 @@ def check(store: Path) -> tuple[list[Finding], int]:
             out.append(Finding("warning", str(path), "a temporary file left by a killed writer (readers ignore it)",
                                "delete it"))
             continue
+        if path.name == store_lib_keep:
+            continue  # findings init's placeholder: git keeps the empty runs/ folder
         if path.suffix != ".json" or path.name.startswith("."):
             out.append(Finding("warning", str(path), "not a run file", "move it out of runs/"))
             continue

@@ -20,6 +20,7 @@ from findings.derive import openloop as load_verdicts
 from findings.derive.analysis import SIMULATED_SUFFIX
 from findings.derive.derived import Derived, derive
 from findings.document import cache as rendercache
+from findings.document import openloop as present
 from findings.document import pivot, render, report
 from findings.document.prose import latency, policy, throughput
 from findings.document.settings import Settings
@@ -183,11 +184,11 @@ def conclusions_text(settings: Settings) -> str:
     if not result.workloads:
         loops = sum(1 for p in data.points if load_verdicts.open_loop(p) is not None)
         latencies_only = sum(1 for p in data.points if THROUGHPUT not in p.metrics and p.id not in flags)
-        why = [f"{loops} open-loop points (judged by request rate: findings conclusions --json, findings render)"
+        why = [f"{loops} open-loop points (judged by request rate, below)"
                if loops else "", f"{latencies_only} with latencies only (throughput unknown)" if latencies_only else "",
                f"{len(flags)} flagged" if flags else ""]
-        return (f"{len(data.points)} points in the store, no closed-loop comparison"
-                + (": " + "; ".join(w for w in why if w) if any(why) else ""))
+        return "\n".join([f"{len(data.points)} points in the store, no closed-loop comparison"
+                          + (": " + "; ".join(w for w in why if w) if any(why) else ""), *_open_loop_lines(d)])
     unknown = d.failures_unknown
     lines = [f"baseline: {settings.rules.baseline}; noise floor {fmt.band(settings.rules.noise_floor)}; "
              f"{len(flags)} of {len(data.points)} points flagged (left out), "
@@ -213,7 +214,30 @@ def conclusions_text(settings: Settings) -> str:
                 lines.append(f"  {m.kind:<11} {m.config}: {fmt.pct(m.ratio - 1)} at "
                              f"{regressions.c_range(list(m.concurrency), len(m.ratios))}, "
                              f"{m.previous_campaign} → {m.campaign}{facts}")
-    return "\n".join(lines)
+    return "\n".join(lines + _open_loop_lines(d))
+
+
+def _open_loop_lines(d: Derived) -> list[str]:
+    """The open-loop workloads (judged by request rate), as the document's
+    open-loop section says them: each candidate's policy, what each config
+    sustains under the SLO, and the replay's verdicts."""
+    lines: list[str] = []
+    for oc in d.open_loop:
+        lines.append("")
+        rates = ", ".join(f"{r:g}" for r in oc.rates)
+        lines.append(f"workload {oc.workload} (open loop, {oc.mode}" + (f"; rates {rates} req/s)" if rates else ")"))
+        for cand in oc.candidates:
+            lines.append(f"  policy      {_plain(present.policy_sentence(cand))}")
+        target = oc.slo.get("slo_attainment")
+        for sus in oc.sustained:
+            lines.append(f"  sustained   {_plain(present.sustained_sentence(sus, target))}")
+        if oc.replay_best is not None:
+            lines.append(f"  replay      best over the replay: {oc.replay_best}")
+        for config in (r.config for r in oc.replays):
+            said = present.versus_all(oc, config)
+            if said:
+                lines.append(f"  replay      {_plain(said)}")
+    return lines
 
 
 def _plain(markdown: str) -> str:

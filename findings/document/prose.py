@@ -93,8 +93,13 @@ def throughput(wc: WorkloadConclusion) -> str:
     if b.decisive:
         return (f"{code(b.config)} has the highest peak: {peaks}, {_lead(b)}, beyond the "
                 f"{_band(judged)} noise band{unpaired}.{apart}{caveat}")
-    return (f"No config leads beyond noise: {peaks}, {_lead(b)}, "
-            f"{_not_decisive(judged)}{unpaired}.{apart}{caveat}")
+    # A tie of the peaks says nothing of each C: a candidate may still win
+    # (always-on) where the peaks tie, and the sentence must not read as
+    # contradicting its policy.
+    each_c = "" if apart or only_one_c else (" This compares each config's highest figure only; the policies "
+                                             "below judge the configs C by C.")
+    return (f"No config's peak leads beyond noise: {peaks}, {_lead(b)}, "
+            f"{_not_decisive(judged)}{unpaired}.{apart}{each_c}{caveat}")
 
 
 def _at(wc: WorkloadConclusion, conc: int) -> list[Comparison]:

@@ -527,36 +527,64 @@ def store_list(obj: Context, show_runs: bool) -> None:
     click.echo(_run(amend.listing, s.store, show_runs))
 
 
+def _selector(run_ids: tuple[str, ...], select: tuple[str, ...], **labels: str | None) -> Any:
+    from findings.store import amend
+
+    chosen: dict[str, str] = {k: v for k, v in labels.items() if v is not None}
+    for item in select:
+        key, eq, value = item.partition("=")
+        if not eq or not value.strip():
+            raise click.UsageError(f"--select {item!r}: give KEY=NAME (campaign, config or workload)")
+        if chosen.get(key.strip(), value.strip()) != value.strip():
+            raise click.UsageError(f"--select {item!r}: {key} is selected twice, as {chosen[key.strip()]!r} too")
+        chosen[key.strip()] = value.strip()
+    return amend.Selector(run_ids=tuple(run_ids), labels=chosen)
+
+
+_SELECT_HELP = ("Also select every run holding a point with this label: campaign=NAME, config=NAME or "
+                "workload=NAME (repeat to narrow; with RUN_IDs, only those of them).")
+
+
 @store_group.command("retract")
-@click.argument("run_id")
-@click.option("--why", required=True, metavar="TEXT", help="Why the run is removed (recorded in the store).")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
+@click.option("--select", "select", multiple=True, metavar="KEY=NAME", help=_SELECT_HELP)
+@click.option("--campaign", default=None, metavar="NAME", help="As --select campaign=NAME.")
+@click.option("--config", default=None, metavar="NAME", help="As --select config=NAME.")
+@click.option("--workload", default=None, metavar="NAME", help="As --select workload=NAME.")
+@click.option("--why", required=True, metavar="TEXT", help="Why the runs are removed (recorded in the store).")
 @click.pass_obj
-def store_retract(obj: Context, run_id: str, why: str) -> None:
-    """Remove a run and its sidecar, recording who, when and why (the methodology lists it)."""
+def store_retract(obj: Context, run_ids: tuple[str, ...], select: tuple[str, ...], campaign: str | None,
+                  config: str | None, workload: str | None, why: str) -> None:
+    """Remove runs and their sidecars, recording who, when and why (the methodology lists it):
+    the RUN_IDs, or every run a selector names, all under one lock."""
     from findings.store import amend
 
     s = _run(obj.settings)
-    done = _run(amend.retract, s.store, run_id, why)
-    click.echo(f"{done.line()} (recorded in {done.path})")
+    chosen = _selector(run_ids, select, campaign=campaign, config=config, workload=workload)
+    done = _run(amend.retract_many, s.store, chosen, why)
+    click.echo("\n".join(f"{d.line()} (recorded in {d.path})" for d in done))
 
 
 @store_group.command("relabel")
-@click.argument("run_id")
-@click.option("--config", default=None, metavar="NEW|OLD=NEW", help="Rename the run's config.")
-@click.option("--workload", default=None, metavar="NEW|OLD=NEW", help="Rename the run's workload.")
-@click.option("--campaign", default=None, metavar="NEW|OLD=NEW", help="Move the run's points to another campaign.")
+@click.argument("run_ids", nargs=-1, metavar="[RUN_ID]...")
+@click.option("--select", "select", multiple=True, metavar="KEY=NAME", help=_SELECT_HELP)
+@click.option("--config", default=None, metavar="NEW|OLD=NEW", help="Rename the runs' config.")
+@click.option("--workload", default=None, metavar="NEW|OLD=NEW", help="Rename the runs' workload.")
+@click.option("--campaign", default=None, metavar="NEW|OLD=NEW", help="Move the runs' points to another campaign.")
 @click.option("--why", default="", metavar="TEXT", help="Why (recorded in the store).")
 @click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP)
 @click.pass_obj
-def store_relabel(obj: Context, run_id: str, config: str | None, workload: str | None, campaign: str | None,
-                  why: str, allow_workload_change: bool) -> None:
-    """Rewrite a run's labels atomically, checked as a new run would be."""
+def store_relabel(obj: Context, run_ids: tuple[str, ...], select: tuple[str, ...], config: str | None,
+                  workload: str | None, campaign: str | None, why: str, allow_workload_change: bool) -> None:
+    """Rewrite runs' labels, checked as new runs would be: the RUN_IDs, or every run --select names,
+    all or nothing, under one lock."""
     from findings.store import amend
 
     s = _run(obj.settings)
-    done = _run(amend.relabel, s.store, run_id, config=config, workload=workload, campaign=campaign, why=why,
-                baseline=s.rules.baseline, allow_workload_change=allow_workload_change)
-    click.echo(f"{done.line()} (recorded in {done.path})")
+    chosen = _selector(run_ids, select)
+    done = _run(amend.relabel_many, s.store, chosen, config=config, workload=workload, campaign=campaign,
+                why=why, baseline=s.rules.baseline, allow_workload_change=allow_workload_change)
+    click.echo("\n".join(f"{d.line()} (recorded in {d.path})" for d in done))
 
 
 @main.command()

@@ -11,6 +11,7 @@ an act a crash left half done (D89).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import getpass
 import json
@@ -120,18 +121,74 @@ def _update_index(store: Path, change: Callable[[storeindex.Index], None]) -> No
             change(index)
 
 
+SELECT_KEYS = ("campaign", "config", "workload")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which runs an amendment takes: these run ids, and/or every run holding
+    a point with each of these labels (``{"campaign": "c1"}``: the runs with a
+    point in campaign c1)."""
+
+    run_ids: tuple[str, ...] = ()
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in sorted(self.labels.items())]
+        return " and ".join(parts) if parts else "those run ids"
+
+
+def select(store: Path, selector: Selector) -> list[Path]:
+    """The run files that ``selector`` names, in run-id order; an unknown
+    run id, or labels that match no run, is one line and changes nothing."""
+    if not selector.run_ids and not selector.labels:
+        raise StoreError("name the runs: RUN_ID ..., or --select campaign=NAME|config=NAME|workload=NAME; "
+                         "nothing was changed")
+    for key in selector.labels:
+        if key not in SELECT_KEYS:
+            raise StoreError(f"--select {key}=...: select by {', '.join(SELECT_KEYS)}; nothing was changed")
+    paths = {path.stem: path for path in (_run_file(store, r) for r in selector.run_ids)}
+    if selector.labels:
+        store_mod.require(store)
+        matched = 0
+        for run in store_mod.load_runs(store, requests=False):
+            if selector.run_ids and run.run_id not in paths:
+                continue
+            if all(any(getattr(p, k) == v for p in run.points) for k, v in selector.labels.items()):
+                matched += 1
+                paths.setdefault(run.run_id, store_mod.run_path(store, run.run_id))
+            else:
+                paths.pop(run.run_id, None)
+        if not matched:
+            raise StoreError(f"{store}: no run holds a point with {selector.describe()} "
+                             f"('findings store list' lists the labels); nothing was changed")
+    return [paths[k] for k in sorted(paths)]
+
+
 def retract(store: Path, run_id: str, why: str) -> Amendment:
     """Remove a run and its sidecar, and record why."""
+    return retract_many(store, Selector(run_ids=(run_id,)), why)[0]
+
+
+def retract_many(store: Path, selector: Selector, why: str) -> list[Amendment]:
+    """Remove every selected run and its sidecar, one amendment record per
+    run, under one lock. Every run is found before the first is touched. A
+    crash part-way leaves each run either retracted with its record or
+    untouched (a record whose run is still there is what ``store check``
+    reports as an act left half done); the same command again finishes it."""
     if not why.strip():
         raise StoreError("--why: say why the run is retracted (it is recorded in the store); nothing was changed")
+    records: list[Path] = []
     with store_mod.locked(store):
-        path = _run_file(store, run_id)
-        run = store_mod.read_run(path, requests=False)
-        record = _record(store, "retract", run, why.strip(), {})
-        diskio.remove(path)  # the run file first: a sidecar alone is never read
-        diskio.remove(store_mod.sidecar_path(store, run_id))
-        _update_index(store, lambda index: index.removed([run_id]))
-    return read_one(record)
+        paths = select(store, selector)
+        runs = [store_mod.read_run(path, requests=False) for path in paths]
+        for path, run in zip(paths, runs):
+            records.append(_record(store, "retract", run, why.strip(), {}))
+            diskio.remove(path)  # the run file first: a sidecar alone is never read
+            diskio.remove(store_mod.sidecar_path(store, run.run_id))
+        gone = [run.run_id for run in runs]
+        _update_index(store, lambda index: index.removed(gone))
+    return [read_one(r) for r in records]
 
 
 def _mapping(kind: str, spec: str | None, have: set[str]) -> dict[str, str]:
@@ -195,31 +252,64 @@ def relabel(store: Path, run_id: str, *, config: str | None = None, workload: st
             campaign: str | None = None, why: str = "", baseline: str | None = None,
             allow_workload_change: bool = False) -> Amendment:
     """Rewrite a run's labels atomically, checked as a new run would be."""
+    return relabel_many(store, Selector(run_ids=(run_id,)), config=config, workload=workload, campaign=campaign,
+                        why=why, baseline=baseline, allow_workload_change=allow_workload_change)[0]
+
+
+def relabel_many(store: Path, selector: Selector, *, config: str | None = None, workload: str | None = None,
+                 campaign: str | None = None, why: str = "", baseline: str | None = None,
+                 allow_workload_change: bool = False) -> list[Amendment]:
+    """Rewrite the labels of every selected run, all or nothing: every new
+    run file is built and checked (against the runs left as they are and the
+    selected runs as relabelled) before the first is written, under one lock;
+    then one amendment record per run, each followed by its atomic rewrite."""
     if config is None and workload is None and campaign is None:
         raise LabelError("give --config, --workload or --campaign (NEW, or OLD=NEW); nothing was changed")
+    batch = len(selector.run_ids) != 1 or bool(selector.labels)
     with store_mod.locked(store):
-        path = _run_file(store, run_id)
-        raw = path.read_bytes()
-        run = store_mod.parse_run(raw, str(path), path.stem)
-        changes = {k: v for k, v in (
-            ("config", _mapping("config", config, {p.config for p in run.points})),
-            ("workload", _mapping("workload", workload, {p.workload for p in run.points})),
-            ("campaign", _mapping("campaign", campaign, {p.campaign for p in run.points}))) if v}
-        if not changes:
-            raise LabelError(f"run {run_id} already has those labels; nothing was changed")
-        doc = relabeled(json.loads(raw), changes.get("config", {}), changes.get("workload", {}),
-                        changes.get("campaign", {}))
-        new = run_from_dict(json.loads(json.dumps(doc)), f"{path} (relabelled)")
-        others = [r for r in store_mod.load_runs(store, requests=False) if r.run_id != run_id]
-        try:
-            store_mod.check_new_run(others, new, baseline=baseline, allow_workload_change=allow_workload_change)
-        except StoreError as exc:
-            text = str(exc).replace("nothing was written", "nothing was changed")
-            raise LabelError(text if "nothing was changed" in text else f"{text}; nothing was changed") from None
-        record = _record(store, "relabel", run, why.strip(), changes)
-        diskio.write_replace(path, store_mod.encode(doc), make_parent=False)
-        _update_index(store, lambda index: index.replaced(new))
-    return read_one(record)
+        paths = select(store, selector)
+        chosen = {p.stem for p in paths}
+        others = [r for r in store_mod.load_runs(store, requests=False) if r.run_id not in chosen]
+        plans: list[tuple[Path, Run, dict[str, dict[str, str]], dict[str, Any], Run]] = []
+        for path in paths:
+            raw = path.read_bytes()
+            run = store_mod.parse_run(raw, str(path), path.stem)
+            try:
+                changes = {k: v for k, v in (
+                    ("config", _mapping("config", config, {p.config for p in run.points})),
+                    ("workload", _mapping("workload", workload, {p.workload for p in run.points})),
+                    ("campaign", _mapping("campaign", campaign, {p.campaign for p in run.points}))) if v}
+            except LabelError as exc:
+                raise LabelError(f"run {run.run_id}: {exc}" if batch else str(exc)) from None
+            if not changes:
+                if batch:
+                    others.append(run)
+                    continue  # already so labelled: a batch stopped part-way, run again
+                raise LabelError(f"run {run.run_id} already has those labels; nothing was changed")
+            doc = relabeled(json.loads(raw), changes.get("config", {}), changes.get("workload", {}),
+                            changes.get("campaign", {}))
+            new = run_from_dict(json.loads(json.dumps(doc)), f"{path} (relabelled)")
+            try:
+                store_mod.check_new_run(others, new, baseline=baseline, allow_workload_change=allow_workload_change)
+            except StoreError as exc:
+                text = str(exc).replace("nothing was written", "nothing was changed")
+                text = text if "nothing was changed" in text else f"{text}; nothing was changed"
+                raise LabelError(f"run {run.run_id}: {text}" if batch else text) from None
+            others.append(new)
+            plans.append((path, run, changes, doc, new))
+        if not plans:
+            raise LabelError(f"every selected run ({len(paths)}) already has those labels; nothing was changed")
+        records: list[Path] = []
+        for path, run, changes, doc, new in plans:
+            records.append(_record(store, "relabel", run, why.strip(), changes))
+            diskio.write_replace(path, store_mod.encode(doc), make_parent=False)
+        news = [new for *_, new in plans]
+
+        def replace_all(index: storeindex.Index) -> None:
+            for n in news:
+                index.replaced(n)
+        _update_index(store, replace_all)
+    return [read_one(r) for r in records]
 
 
 def read_one(path: Path) -> Amendment:

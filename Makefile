@@ -99,7 +99,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP) $(if $(LLAMACPP),$(ENGINE_STAMP))
-	$(BIN)/findings --settings $(SETTINGS) --store $(STORE) bench $(MATRIX) --campaign-suffix=$(SUFFIX)
+	$(BIN)/findings --settings $(SETTINGS) --store $(STORE) bench $(MATRIX) --campaign-suffix=$(SUFFIX) --create
 	$(BIN)/findings --settings $(SETTINGS) --store $(STORE) render
 
 # The whole flow on a fresh machine, no GPU: launch the emulator per config,
@@ -107,7 +107,7 @@ bench: $(STAMP) $(if $(LLAMACPP),$(ENGINE_STAMP))
 demo: $(STAMP)
 	rm -rf build/demo
 	$(BIN)/findings --settings benchmarks/emulated.findings.toml --store build/demo/store \
-		bench benchmarks/emulated.toml --no-progress --log-dir build/demo/logs
+		bench benchmarks/emulated.toml --no-progress --log-dir build/demo/logs --create
 	$(BIN)/findings --settings benchmarks/emulated.findings.toml --store build/demo/store \
 		render --output build/demo/eagle-fast-verify.md
 	$(BIN)/findings --settings benchmarks/emulated.findings.toml --store build/demo/store conclusions
@@ -129,7 +129,7 @@ perf: $(STAMP)
 seed: $(STAMP)
 	$(BIN)/findings ingest table benchmarks/history/measurements.csv \
 		--configs benchmarks/history/configs.csv \
-		--environment benchmarks/history/environment.toml
+		--environment benchmarks/history/environment.toml --create
 
 clean:
 	rm -rf build .pytest_cache .mypy_cache

@@ -7,7 +7,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from findings import store
 from findings.core import diskio, fmt
@@ -24,6 +24,9 @@ from findings.document import openloop as present
 from findings.document import pivot, render, report
 from findings.document.prose import latency, policy, throughput
 from findings.document.settings import Settings
+
+if TYPE_CHECKING:  # the bench package imports aiohttp: kept off the render path
+    from findings.bench.matrix import Matrix
 
 
 def _top(settings: Settings) -> Path:
@@ -89,16 +92,17 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
         return hit  # type: ignore[no-any-return]
     d = derived(settings, found)
     with store.quiet_gc():
-        built = _document(settings, document, d, acts)
+        built = _document(settings, document, d, acts, tuple(f"{store.RUNS}/{n}" for n in found.edited))
     rendercache.put_document(found, slot, key, built)
     return built
 
 
-def _document(settings: Settings, document: Path, d: Derived, acts: list[str]) -> tuple[str, dict[str, Any]]:
+def _document(settings: Settings, document: Path, d: Derived, acts: list[str],
+              edited: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
     if not d.data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
     doc = report.build(d, decide(d), settings.title, _label(settings), settings.slo,
-                       settings.detail_campaigns, acts, _cli(settings))
+                       settings.detail_campaigns, acts, _cli(settings), edited)
     plots: dict[str, Any] = {}
     if settings.plots:
         from findings.document.plots import file_name
@@ -293,7 +297,8 @@ def _recorded_matrix(settings: Settings, data: Dataset, configs: set[str]) -> tu
         if best is None or r > best[0]:
             best = (r, m)
     if best is None:
-        return None, "no run of these configs records the matrix that measured it (an import): pass --from-matrix"
+        return None, ("no run of these configs records the matrix (or the `bench --url` options) that measured "
+                      "it (an import): pass --from-matrix")
     m = best[1]
     for candidate in (Path(m.path), settings.root / m.path, Path.cwd() / m.path):
         if candidate.is_file():
@@ -302,6 +307,35 @@ def _recorded_matrix(settings: Settings, data: Dataset, configs: set[str]) -> tu
                               f"pass --from-matrix to use it anyway, or another")
             return candidate, ""
     return None, f"{m.path}, the matrix that measured these configs, is not there: pass --from-matrix"
+
+
+#: What a plan's matrix built from ``findings bench --url`` runs names as its source.
+ATTACH_SOURCE = "the options of the `findings bench --url` runs that measured these configs"
+
+
+def _recorded_attach(data: Dataset, configs: set[str]) -> Matrix | None:
+    """A Matrix of the configs measured by ``findings bench --url``, from the
+    matrix each such run records (provenance ``bench_matrix``): for each
+    config, its latest run's; None when no run of these configs records one."""
+    from findings.bench.matrix import Matrix, parse
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    latest: dict[str, tuple[int, str, str]] = {}
+    for run in data.runs:
+        text = run.provenance.get("bench_matrix")
+        if not isinstance(text, str):
+            continue
+        r = max((rank.get(c.name, -1) for c in run.campaigns), default=-1)
+        for p in run.points:
+            if p.config in configs and (p.config not in latest or r >= latest[p.config][0]):
+                latest[p.config] = (r, run.run_id, text)
+    if not latest:
+        return None
+    parsed = [parse(f"the options recorded by run {rid}", text) for _, rid, text in
+              sorted(set(latest.values()))]
+    return Matrix(path=ATTACH_SOURCE,
+                  configs={k: v for m in parsed for k, v in m.configs.items() if k in latest},
+                  workloads={k: v for m in parsed for k, v in m.workloads.items()},
+                  campaigns=tuple(c for m in parsed for c in m.campaigns))
 
 
 def plan(settings: Settings, *, workload: str | None = None, config: str | None = None, kind: str | None = None,
@@ -330,6 +364,10 @@ def plan(settings: Settings, *, workload: str | None = None, config: str | None 
             except OSError as exc:
                 raise FindingsError(f"{path}: cannot read: {diskio.cause(exc)}") from None
             source = parse(str(path), text)
+        elif from_matrix is None:
+            source = _recorded_attach(data, {c for q in qs for c in q.configs})
+            if source is not None:
+                why_not = ""
     qs = plan_lib.estimate(qs, data, source.workloads if source else {})
     result = plan_lib.within_budget(qs, budget_minutes)
     matrix = None

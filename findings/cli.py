@@ -51,8 +51,12 @@ _ALLOW_HELP = ("Store a workload name under a new definition (other lengths, pro
                "the workload really changed. Else such a write is refused.")
 
 
-def _checks(s: Settings, allow_workload_change: bool) -> ingest_lib.Checks:
-    return ingest_lib.Checks(baseline=s.rules.baseline, allow_workload_change=allow_workload_change)
+_CREATE_HELP = ("Make the store if it does not exist yet (a new or empty folder). Else a path that is not a "
+                "store is refused, so a mistyped --store never becomes a new store.")
+
+
+def _checks(s: Settings, allow_workload_change: bool, create: bool = False) -> ingest_lib.Checks:
+    return ingest_lib.Checks(baseline=s.rules.baseline, allow_workload_change=allow_workload_change, create=create)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -112,13 +116,14 @@ def ingest() -> None:
 @click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML).")
 @click.option("--skip-existing", is_flag=True, help="Ingest only rows not already in the store.")
 @click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP)
+@click.option("--create", is_flag=True, help=_CREATE_HELP)
 @click.pass_obj
 def ingest_table(obj: Context, file: str, configs: str | None, environment: str | None,
-                 skip_existing: bool, allow_workload_change: bool) -> None:
+                 skip_existing: bool, allow_workload_change: bool, create: bool) -> None:
     """Import a long CSV table (campaign, workload, config, concurrency, output_throughput_tok_s)."""
     s = _run(obj.settings)
     click.echo(_run(ingest_lib.ingest_table, s.store, file, configs, environment, skip_existing,
-                    _checks(s, allow_workload_change)).summary())
+                    _checks(s, allow_workload_change, create)).summary())
 
 
 def _labelled_file_options(fn: Any) -> Any:
@@ -134,14 +139,16 @@ def _labelled_file_options(fn: Any) -> Any:
         click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML)."),
         click.option("--skip-existing", is_flag=True, help="Ingest only records not already in the store."),
         click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP),
+        click.option("--create", is_flag=True, help=_CREATE_HELP),
     ]):
         fn = option(fn)
     return fn
 
 
-def _ingest_labelled(obj: Context, fn: Any, file: str, allow_workload_change: bool, **kw: Any) -> None:
+def _ingest_labelled(obj: Context, fn: Any, file: str, allow_workload_change: bool, create: bool,
+                     **kw: Any) -> None:
     s = _run(obj.settings)
-    click.echo(_run(fn, s.store, file, checks=_checks(s, allow_workload_change), **kw).summary())
+    click.echo(_run(fn, s.store, file, checks=_checks(s, allow_workload_change, create), **kw).summary())
 
 
 @ingest.command("sglang-bench")
@@ -173,11 +180,12 @@ def ingest_aiperf(obj: Context, /, file: str, **kw: Any) -> None:
 
 @ingest.command("recovery")
 @click.argument("file")
+@click.option("--create", is_flag=True, help=_CREATE_HELP)
 @click.pass_obj
-def ingest_recovery(obj: Context, file: str) -> None:
+def ingest_recovery(obj: Context, file: str, create: bool) -> None:
     """Store the runs of a recovery file that `findings bench` wrote when the store's disk refused them."""
     s = _run(obj.settings)
-    click.echo(_run(ingest_lib.ingest_recovery, s.store, file, _checks(s, False)).summary())
+    click.echo(_run(ingest_lib.ingest_recovery, s.store, file, _checks(s, False, create)).summary())
 
 
 @ingest.command("auto")
@@ -193,11 +201,13 @@ def ingest_recovery(obj: Context, file: str) -> None:
 @click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML).")
 @click.option("--skip-existing", is_flag=True, help="Ingest only records not already in the store.")
 @click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP)
+@click.option("--create", is_flag=True, help=_CREATE_HELP)
 @click.pass_obj
-def ingest_auto(obj: Context, /, file: str, allow_workload_change: bool, **kw: Any) -> None:
+def ingest_auto(obj: Context, /, file: str, allow_workload_change: bool, create: bool, **kw: Any) -> None:
     """Detect the format of FILE (table, sglang-bench, vllm-bench, aiperf), say which, and import it."""
     s = _run(obj.settings)
-    fmt_name, result = _run(ingest_lib.ingest_auto, s.store, file, checks=_checks(s, allow_workload_change), **kw)
+    fmt_name, result = _run(ingest_lib.ingest_auto, s.store, file, checks=_checks(s, allow_workload_change, create),
+                            **kw)
     click.echo(f"detected format: {fmt_name} ({result.detected_by})")
     click.echo(result.summary())
 
@@ -289,6 +299,7 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
 @click.option("--append", is_flag=True,
               help="Add points to a campaign already in the store (else a campaign that exists is refused).")
 @click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP)
+@click.option("--create", is_flag=True, help=_CREATE_HELP)
 @click.option("--log-dir", default=None, metavar="DIR", help="Server logs (launch mode). Default: build/logs.")
 @click.option("--api-key", envvar="FINDINGS_API_KEY", default=None,
               help="Bearer token for the server (or $FINDINGS_API_KEY). Never stored.")
@@ -310,7 +321,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
           load_profile: str | None, trace: str | None, time_scale: float | None, block_size: int | None,
           slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_attainment: float | None,
           rate_search: int | None, date: str | None,
-          campaign_suffix: str, append: bool, allow_workload_change: bool,
+          campaign_suffix: str, append: bool, allow_workload_change: bool, create: bool,
           log_dir: str | None, api_key: str | None, no_progress: bool, until_decided: bool, max_repeats: int,
           max_minutes: float | None) -> None:
     """Run a benchmark matrix (MATRIX.toml), or attach to a server with --url."""
@@ -322,7 +333,8 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
         raise click.UsageError("--until-decided needs a MATRIX (a campaign with the baseline and candidates)")
     opts = _run(runner.options, s, date=date, campaign_suffix=campaign_suffix, log_dir=log_dir,
                 api_key=api_key, progress=not no_progress, until_decided=until_decided, max_repeats=max_repeats,
-                max_minutes=max_minutes, append=append, allow_workload_change=allow_workload_change)
+                max_minutes=max_minutes, append=append, allow_workload_change=allow_workload_change,
+                create=create)
     if matrix is not None:
         if url is not None:
             raise click.UsageError("give either MATRIX or --url, not both")

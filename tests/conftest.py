@@ -69,7 +69,10 @@ def rules() -> Rules:
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
-    return tmp_path / "store"
+    """An empty store (findings.store.create, as findings init makes it):
+    writers refuse a path that is not a store unless --create asks (D94)."""
+    from findings import store as store_lib
+    return store_lib.create(tmp_path / "store")
 
 
 @pytest.fixture

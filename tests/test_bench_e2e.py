@@ -55,7 +55,7 @@ def attach(store: Path, url: str, *extra: str, config: str = "baseline", campaig
            concurrency: str = "1,4", workload: str = "w"):
     return cli("bench", "--url", url, "--config", config, "--campaign", campaign, "--workload", workload,
                "--concurrency", concurrency, "--num-prompts", "8", "--input-len", "16", "--output-len", "12",
-               "--warmup", "1", "--no-progress", *extra, store=store)
+               "--warmup", "1", "--no-progress", "--create", *extra, store=store)
 
 
 def test_attach_sweep_lands_in_store_as_simulated(emulator, store):
@@ -124,7 +124,8 @@ def test_stall_is_a_read_timeout_not_a_hang(emulator, store):
 def test_simulated_results_never_enter_the_real_store(emulator, project):
     url = emulator("--profile", "baseline", "--speed", SPEED)
     r = cli("--settings", str(project / "findings.toml"), "bench", "--url", url, "--config", "baseline",
-            "--campaign", "c", "--workload", "w", "--concurrency", "1", "--num-prompts", "2", "--no-progress")
+            "--campaign", "c", "--workload", "w", "--concurrency", "1", "--num-prompts", "2", "--no-progress",
+            "--create")
     assert r.exit_code == 1
     assert "never go into the real store" in r.output
     assert not (project / "benchmarks" / "results" / "runs").exists()
@@ -323,7 +324,7 @@ def test_points_record_the_servers_running_batch(emulator, store):
     off = store.parent / "off"
     r = cli("bench", "--url", url, "--config", "baseline", "--campaign", "c2", "--workload", "w",
             "--concurrency", "8", "--num-prompts", "32", "--input-len", "16", "--output-len", "64",
-            "--warmup", "1", "--running-sample", "0", "--no-progress", store=off)
+            "--warmup", "1", "--running-sample", "0", "--no-progress", "--create", store=off)
     assert r.exit_code == 0, r.output
     [doc] = runs(off)
     assert doc["provenance"]["running_sample_s"] == 0.0
@@ -358,6 +359,8 @@ def test_campaign_checks_come_before_the_first_point(emulator, store):
     r = attach(store, url, config="spec", campaign="c2", concurrency="1")
     assert r.exit_code == 1 and "campaign 'c2' already holds 1 point of config 'spec'" in r.output
     assert "--append" in r.output and _run_files(store) == n
-    assert attach(store, url, "--append", config="spec", campaign="c2", concurrency="1").exit_code == 0
+    # --append resumes: a second repeat is a point the campaign lacks (the first is not measured again)
+    assert attach(store, url, "--append", "--repeats", "2", config="spec", campaign="c2",
+                  concurrency="1").exit_code == 0
     assert attach(store, url, config="spec-b", campaign="c2", concurrency="1").exit_code == 0
     assert _run_files(store) == n + 2

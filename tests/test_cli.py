@@ -29,7 +29,7 @@ def run(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
 def test_console_script_end_to_end(tmp_path):
     store = tmp_path / "store"
     r = run("--store", str(store), "ingest", "table", str(HISTORY / "measurements.csv"),
-            "--configs", str(HISTORY / "configs.csv"), cwd=tmp_path)
+            "--configs", str(HISTORY / "configs.csv"), "--create", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "ingested 30 points" in r.stdout
     r = run("conclusions", "--json", cwd=tmp_path, env={"FINDINGS_STORE": str(store)})

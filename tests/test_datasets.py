@@ -128,7 +128,7 @@ def test_malformed_file_refused_by_bench_in_one_line_before_any_request(tmp_path
     assert r.exit_code == 1
     lines = r.output.strip().splitlines()
     assert lines == [f"Error: {f}:2: field 'prompt': expected a non-empty string"]
-    assert not (store / "runs").exists() or not list((store / "runs").iterdir())
+    assert not (store / "runs").exists() or not list((store / "runs").glob("*.json"))
 
 
 def test_missing_file_and_folder_are_refused(tmp_path):

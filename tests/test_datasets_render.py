@@ -71,7 +71,7 @@ def build_store(path: Path) -> None:
                   importer_version="1", tool_version="test", created_at="2026-12-01T00:00:00Z", source_file=None,
                   source_sha256=f"{i:064x}", environment={}, campaigns=(Campaign("prompts", "2026-12-01", 1),),
                   configs={config: FACTS[config]}, points=(point,))
-        store_mod.add_run(path, run)
+        store_mod.add_run(path, run, create=True)
 
 
 def test_golden_document_for_prompt_sets(project, tmp_path):

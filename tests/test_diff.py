@@ -51,7 +51,7 @@ def commit(repo: Path, message: str) -> None:
 
 
 def ingest(store: Path, *args: str) -> None:
-    r = CliRunner().invoke(main, ["--store", str(store), "ingest", "table", *args], catch_exceptions=False)
+    r = CliRunner().invoke(main, ["--store", str(store), "ingest", "table", "--create", *args], catch_exceptions=False)
     assert r.exit_code == 0, r.output
 
 
@@ -202,3 +202,32 @@ def test_single_commit_defaults_to_head(tmp_path: Path) -> None:
     md = diff_markdown(settings_of(repo))
     assert md.startswith("findings diff: no change against `HEAD` (")
     assert md.endswith("(0 campaigns, 0 points).\n") and md.count("\n") == 1
+
+
+def test_two_refs_compare_the_stores_at_both(repo: Path) -> None:
+    """`findings diff A B` (issue 36): both sides from git, the working tree
+    ignored; `diff` and `diff REF` keep comparing with the working tree."""
+    def diff(*refs: str) -> tuple[int, str]:
+        r = CliRunner().invoke(main, ["--settings", str(repo / "findings.toml"), "diff", *refs])
+        return r.exit_code, r.output
+
+    main_sha, pr_sha = git(repo, "rev-parse", "--short", "main"), git(repo, "rev-parse", "--short", "pr")
+    # an uncommitted change in the working tree, which A B must not see
+    (repo / "repeat.csv").write_text("campaign,order,workload,config,concurrency,output_throughput_tok_s\n"
+                                     "overlap-topk1,3,diverse-prompts,baseline,30,700.0\n")
+    ingest(repo / "benchmarks" / "results", str(repo / "repeat.csv"))
+    code, out = diff("main", "pr")
+    assert code == 0, out
+    assert out.splitlines()[0] == f"### findings diff: `main` ({main_sha}) → `pr` ({pr_sha})"
+    assert "`on-above` (threshold C=30) → `always-on`" in out and "- `nightly-1130` (8 points" in out
+    assert "overlap-topk1` (existing campaign)" not in out  # the working tree's extra point is not a side
+    code, out = diff("pr", "main")  # the other way round: the campaign is gone
+    assert code == 0 and "`always-on` → `on-above` (threshold C=30)" in out, out
+    code, out = diff("HEAD", "HEAD")
+    assert (code, out) == (0, f"findings diff: no change at `HEAD` ({pr_sha}) against `HEAD` ({pr_sha}) "
+                              f"(4 campaigns, 38 points).\n")
+    # one ref: against the working tree, as before (its extra point shows)
+    code, out = diff("HEAD")
+    assert code == 0 and out.splitlines()[0].endswith("→ working tree") and "1 more point" in out, out
+    code, out = diff("main", "no-such-ref")
+    assert (code, out.strip().splitlines()) == (1, [f"Error: unknown git revision 'no-such-ref' in {repo}"])

@@ -22,6 +22,8 @@ import pytest
 from conftest import HISTORY, ROOT
 from disks import Disk, findings, mechanism, small_disk, unprivileged
 
+from findings import store as store_lib
+
 pytestmark = pytest.mark.parametrize("kind", [mechanism()])
 
 def toml() -> str:
@@ -56,7 +58,7 @@ def seeded(d: Disk) -> Path:
     proj.mkdir()
     (proj / "findings.toml").write_text(toml())
     r = findings("--store", str(proj / "st"), "ingest", "table", str(HISTORY / "measurements.csv"),
-                 "--configs", str(HISTORY / "configs.csv"))
+                 "--configs", str(HISTORY / "configs.csv"), "--create")
     assert r.returncode == 0, r.stderr
     return proj
 
@@ -136,7 +138,7 @@ def test_ingest_on_a_read_only_store_and_every_read_path(disk: Disk, tmp_path: P
         assert line.endswith("read-only file system; nothing was measured; the store is unchanged"), line
         if kind == "tmpfs":  # a store not made yet on the read-only mount: refused, and nothing created
             line = one_line_error(findings("--store", str(disk.root / "new"), "bench", str(matrix), "--log-dir",
-                                           str(tmp_path / "logs"), "--no-progress", env=env))
+                                           str(tmp_path / "logs"), "--no-progress", "--create", env=env))
             assert line == (f"Error: {disk.root}: cannot create the store there: read-only file system; "
                             f"nothing was measured; the store is unchanged"), line
         assert not (tmp_path / "logs").exists()
@@ -155,7 +157,7 @@ def test_render_and_deploy_on_a_full_disk(disk: Disk, tmp_path: Path, kind: str)
     assert ingest.returncode == 0, ingest.stderr  # the document is now stale
     crossover = tmp_path / "crossover.csv"  # a policy with a threshold: deploy writes an adaptive file
     crossover.write_text(CROSSOVER)
-    assert findings("--store", str(disk.root / "st2"), "ingest", "table", str(crossover)).returncode == 0
+    assert findings("--store", str(disk.root / "st2"), "ingest", "table", str(crossover), "--create").returncode == 0
     with disk.full():
         line = one_line_error(findings(*settings, "render", env=disk.env()))
         assert line == f"Error: {proj}/doc.md: cannot write: no space left on device; the document was not changed"
@@ -182,7 +184,7 @@ def test_permission_denied(tmp_path: Path, kind: str) -> None:
     (proj / "findings.toml").write_text(toml())
     st = proj / "st"
     r = findings("--store", str(st), "ingest", "table", str(HISTORY / "measurements.csv"),
-                 "--configs", str(HISTORY / "configs.csv"))
+                 "--configs", str(HISTORY / "configs.csv"), "--create")
     assert r.returncode == 0, r.stderr
     csv = tmp_path / "later.csv"
     csv.write_text(CSV)
@@ -264,6 +266,7 @@ def test_bench_store_fills_up_after_the_second_point(disk: Disk, tmp_path: Path,
     logs = tmp_path / "logs"
     matrix = tmp_path / "m.toml"
     matrix.write_text(MATRIX.format(python=sys.executable, concurrency="[1, 2, 4]"))
+    store_lib.create(st)  # before the disk is made to fill: only the points count
     with disk.fills_after(2, st / "runs"):
         r = findings("--store", str(st), "bench", str(matrix), "--log-dir", str(logs), "--no-progress",
                      "--date", "2026-12-01", env=disk.env())
@@ -305,6 +308,7 @@ def test_bench_recovery_refused_everywhere_injected(disk: Disk, tmp_path: Path, 
     st = disk.root / "st"
     matrix = tmp_path / "m.toml"
     matrix.write_text(MATRIX.format(python=sys.executable, concurrency="[1, 2]"))
+    store_lib.create(st)  # before the injection: only the points' links count
     disk.inject = "ENOSPC:/:2"  # the first point's sidecar and run file, then nothing
     r = findings("--store", str(st), "bench", str(matrix), "--log-dir", str(tmp_path / "logs"), "--no-progress",
                  env=disk.env())
@@ -332,7 +336,7 @@ def test_diff_writes_nothing(tmp_path: Path, kind: str) -> None:
     (repo / "findings.toml").write_text('[findings]\nstore = "st"\n')
     shutil.copytree(HISTORY, repo / "in")
     assert findings("--store", str(repo / "st"), "ingest", "table", str(repo / "in" / "measurements.csv"),
-                    "--configs", str(repo / "in" / "configs.csv")).returncode == 0
+                    "--configs", str(repo / "in" / "configs.csv"), "--create").returncode == 0
     git("add", "-A")
     git("commit", "-q", "-m", "seed")
     (repo / "later.csv").write_text(CSV)

@@ -167,7 +167,7 @@ def check_store(store: Path) -> tuple[Any, dict[str, str]]:
     orphans = 0
     if runs.is_dir():
         for p in sorted(runs.iterdir()):
-            if p.name.startswith(".tmp-"):
+            if p.name.startswith(".tmp-") or p.name == store_mod.KEEP:
                 continue
             raw = p.read_bytes()
             if p.name.endswith(SIDECAR_SUFFIX):  # per-request records (schema 4): never partial either
@@ -214,7 +214,7 @@ def one_line_error(err: bytes) -> None:
 
 def test_ingest_killed_at_random_moments(tmp_path: Path) -> None:
     rng = random.Random(SEED)
-    store, inputs = tmp_path / "store", tmp_path / "in"
+    store, inputs = store_mod.create(tmp_path / "store"), tmp_path / "in"
     inputs.mkdir()
     finish_times: list[float] = []
 
@@ -274,7 +274,7 @@ def test_ingest_killed_at_random_moments(tmp_path: Path) -> None:
 
 def test_bench_killed_at_random_moments(tmp_path: Path, emulator: str) -> None:
     rng = random.Random(SEED + 1)
-    store = tmp_path / "store"
+    store = store_mod.create(tmp_path / "store")
     # Calibrate with one whole sweep (its own campaign).
     rc, err, full = kill_after(spawn(store, "bench", "--url", emulator, "--config", "baseline", "--campaign",
                                      "bench-cal", *BENCH_ARGS, cwd=tmp_path), 120)
@@ -287,20 +287,30 @@ def test_bench_killed_at_random_moments(tmp_path: Path, emulator: str) -> None:
     # faster than at calibration: later after a kill before the first point,
     # earlier after one that came when all were stored.
     shift = 0.0
+    # --append resumes a killed sweep (measuring only the points its campaign
+    # lacks); once a campaign holds them all, the next kills go to a new one.
+    campaign, rounds = "bench-kill-0", 0
     for i in range(BENCH_KILLS):
         delay = max(0.0, rng.uniform(0.4 * full, 1.0 * full) + shift)  # the first ~40% is start-up
         before = sum(n.endswith(".json") for n in digests)
+        held = sum(p.campaign == campaign for p in dataset.points)
+        missing = BENCH_POINTS - held
         rc, err, took = kill_after(spawn(store, "bench", "--url", emulator, "--config", "baseline",
-                                         "--campaign", "bench-kill", "--append", *BENCH_ARGS, cwd=tmp_path), delay)
+                                         "--campaign", campaign, "--append", *BENCH_ARGS, cwd=tmp_path), delay)
         dataset, now = check_store(store)
         for name, digest in digests.items():
             assert now.get(name) == digest, f"bench kill {i}: stored file {name} changed or vanished"
         check_bench_points(dataset)  # every stored point is complete
         new = sum(n.endswith(".json") for n in now) - before
-        assert 0 <= new <= BENCH_POINTS
-        shift += 0.05 if new == 0 else -0.05 if new == BENCH_POINTS else 0.0
+        assert 0 <= new <= missing
+        cs = [p.concurrency for p in dataset.points if p.campaign == campaign]
+        assert len(cs) == len(set(cs)) == held + new, f"bench kill {i}: a point stored twice in {campaign}: {cs}"
+        shift += 0.05 if new == 0 else -0.05 if new == missing else 0.0
+        if held + new == BENCH_POINTS:
+            rounds += 1
+            campaign = f"bench-kill-{rounds}"
         if rc == 0:
-            assert new == BENCH_POINTS, err.decode()
+            assert new == missing, err.decode()
         else:
             assert rc == -signal.SIGKILL, (rc, err.decode())
             killed += 1
@@ -316,7 +326,7 @@ def test_bench_killed_at_random_moments(tmp_path: Path, emulator: str) -> None:
 
 def test_concurrent_writers_lose_nothing(tmp_path: Path, emulator: str) -> None:
     rng = random.Random(SEED + 2)
-    store, inputs = tmp_path / "store", tmp_path / "in"
+    store, inputs = store_mod.create(tmp_path / "store"), tmp_path / "in"
     inputs.mkdir()
     expected: dict[Path, int] = {}
     plans: list[list[tuple[Path, str]]] = []

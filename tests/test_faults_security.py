@@ -95,7 +95,7 @@ def test_templates_escape_every_data_field(project, tmp_path):
                    "c|1,1,w](x),baseline,1,100,<img src=x onerror=alert(1)>\n"
                    "c|1,1,w](x),[click](http://evil),1,120,`code` | pipe\n")
     store = tmp_path / "s"
-    assert cli("ingest", "table", str(csv), store=store).exit_code == 0
+    assert cli("ingest", "table", str(csv), "--create", store=store).exit_code == 0
     out = tmp_path / "doc.md"
     assert cli("--settings", str(project / "findings.toml"), "--store", str(store), "render", "--output",
                str(out)).exit_code == 0

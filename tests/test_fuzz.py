@@ -703,6 +703,8 @@ def test_ingest_of_a_bad_file_writes_nothing(data: st.DataObject, kind: str, aut
         store_dir = Path(tmp) / "store"
         if seeded:  # a store that already holds runs (duplicates and campaign clashes become possible)
             shutil.copytree(FIXTURES / "store" / "runs", store_dir / "runs")
+        else:  # an empty store (writers refuse a path that is none, D94)
+            store.create(store_dir)
         raw, name = _bad_input(data, kind)
         path = Path(tmp) / name
         path.write_bytes(raw)
@@ -845,7 +847,7 @@ def _ingested_store_loads(tmp_path: Path, name: str, text: str, fn_name: str, **
     """Ingest refuses the file, or the store still loads afterwards."""
     path = tmp_path / name
     path.write_text(text)
-    store_dir = tmp_path / "store"
+    store_dir = store.create(tmp_path / "store")
     result = attempt("regression", lambda: getattr(ingest, fn_name)(store_dir, str(path), **kw), str(path))
     if isinstance(result, ingest.Ingested):
         store.load(store_dir)  # a successful ingest never leaves an unreadable store

@@ -69,7 +69,7 @@ def test_diff_refuses_a_typod_store(tmp_path):
 def test_global_options_after_the_command(tmp_path):
     store = tmp_path / "st"
     r = cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"),
-            "--store", str(store))
+            "--create", "--store", str(store))
     assert r.exit_code == 0, r.output
     assert (store / "runs").is_dir()
     before = cli("--store", str(store), "conclusions", "--json").output
@@ -88,7 +88,7 @@ VLLM = Path(__file__).resolve().parent / "fixtures" / "vllm_bench"
 
 def _ingest(store, fmt, file, config, campaign, workload, date="2026-01-01", *extra):
     return cli("ingest", fmt, str(file), "--config", config, "--campaign", campaign, "--workload", workload,
-               "--date", date, *extra, store=store)
+               "--date", date, "--create", *extra, store=store)
 
 
 def test_a_workload_redefinition_is_refused_naming_the_key(tmp_path):
@@ -195,7 +195,7 @@ def test_retract_and_relabel_round_trip_with_store_check_clean(seed_store, tmp_p
     # relabelled as it should have been ingested: the same as ingesting it right
     right = tmp_path / "right"
     assert cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"),
-               "--environment", str(HISTORY / "environment.toml"), store=right).exit_code == 0
+               "--environment", str(HISTORY / "environment.toml"), "--create", store=right).exit_code == 0
     assert _ingest(right, "sglang-bench", SGL / "v0_5_23_baseline.jsonl", "baseline", "later", "random-1024",
                    "2026-02-01").exit_code == 0
     assert _conclusions(seed_store) == _conclusions(right)
@@ -323,7 +323,7 @@ def test_the_best_line_never_contradicts_the_policy_golden(tmp_path):
         f'[findings]\ntitle = "Peaks at different C"\nstore = "st"\ntemplates = "{ROOT / "templates"}"\n')
     # relative to the checkout, so that the rendered sources do not depend on where it lies
     r = cli("ingest", "table", os.path.relpath(GUARD / "peaks-apart.csv"),
-            "--configs", os.path.relpath(GUARD / "peaks-apart-configs.csv"), store=project / "st")
+            "--configs", os.path.relpath(GUARD / "peaks-apart-configs.csv"), "--create", store=project / "st")
     assert r.exit_code == 0, r.output
     text = render_golden(project, tmp_path / "doc.md", ROOT / "tests" / "golden" / "peaks-apart.md",
                          "tests/test_guardrails.py")
@@ -347,7 +347,7 @@ def test_rendered_commands_run_as_pasted_at_the_repository_root(tmp_path):
     (repo / "sub" / "my.findings.toml").write_text(
         f'[findings]\nstore = "results-x"\ndocument = "../out/doc.md"\ntemplates = "{ROOT / "templates"}"\n')
     r = cli("--settings", str(repo / "sub" / "my.findings.toml"), "ingest", "table", str(HISTORY / "measurements.csv"),
-            "--configs", str(HISTORY / "configs.csv"))
+            "--configs", str(HISTORY / "configs.csv"), "--create")
     assert r.exit_code == 0, r.output
     r = cli("--settings", str(repo / "sub" / "my.findings.toml"), "render")
     assert r.exit_code == 0, r.output

@@ -89,7 +89,7 @@ def test_not_utf8_is_one_line_error(store, tmp_path):
     bad.write_bytes(b"\xff\xfe\x00garbage")
     r = cli("ingest", "table", str(bad), store=store)
     assert r.exit_code == 1 and "not UTF-8" in r.output
-    assert not (store / "runs").exists() or not list((store / "runs").iterdir())
+    assert not (store / "runs").exists() or not list((store / "runs").glob("*.json"))
 
 
 def test_missing_file_is_one_line_error(store):

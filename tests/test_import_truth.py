@@ -36,7 +36,7 @@ def ingest(store_dir: Path, fmt: str, name: str, config: str, campaign: str, wor
     path = REAL / name
     given = os.path.relpath(path) if Path.cwd() == ROOT else str(path)
     r = cli("ingest", fmt, given, "--config", config, "--campaign", campaign, "--workload", workload,
-            "--date", DATE, *extra, store=store_dir)
+            "--date", DATE, "--create", *extra, store=store_dir)
     assert r.exit_code == 0, r.output
     return r.output
 
@@ -196,7 +196,7 @@ def test_detect_a_2024_benchmark_serving_file() -> None:
 
 def test_ingest_auto_names_the_deciding_keys(tmp_path: Path) -> None:
     r = cli("ingest", "auto", str(REAL / "vllm_benchmark_serving_2024.json"), "--config", "b", "--campaign", "c",
-            "--workload", "w", "--date", DATE, "--concurrency", "32", store=tmp_path / "s")
+            "--workload", "w", "--date", DATE, "--concurrency", "32", "--create", store=tmp_path / "s")
     assert r.exit_code == 0, r.output
     assert r.output.startswith("detected format: vllm-bench (keys only vLLM writes: date, model_id, tokenizer_id")
 

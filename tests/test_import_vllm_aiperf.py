@@ -24,6 +24,8 @@ from findings.store.schema import run_from_dict, run_to_dict
 VLLM = FIXTURES / "vllm_bench"
 AIPERF = FIXTURES / "aiperf"
 ARGS: dict[str, Any] = dict(config="eagle3-topk1-v2", campaign="c", workload="random-1024-512", date="2026-11-01")
+#: An ingest's options: each test's store is new, and the writer makes it (--create, D94).
+WRITE: dict[str, Any] = {**ARGS, "checks": ingest.Checks(create=True)}
 
 
 def vread(name: str, **kw: Any):
@@ -183,7 +185,7 @@ def test_vllm_malformed_names_file_line_and_field_and_writes_nothing(
     good = json.dumps({**GOOD, "max_concurrency": 1})
     f.write_text(good + "\n" + json.dumps({**GOOD, **change}))  # --append-result layout: line 2 is bad
     with pytest.raises(InputError) as exc:
-        ingest.ingest_vllm_bench(tmp_path / "store", str(f), **ARGS)
+        ingest.ingest_vllm_bench(tmp_path / "store", str(f), **WRITE)
     assert (exc.value.path, exc.value.line, exc.value.field) == (str(f), 2, field)
     assert message in str(exc.value) and "\n" not in str(exc.value)
     assert nothing_written(tmp_path / "store")
@@ -215,15 +217,15 @@ def test_vllm_appended_file_with_skip_existing(tmp_path: Path) -> None:
     f = tmp_path / "grow.json"
     f.write_text(lines[0])  # as --save-result leaves it: one object, no newline
     s = tmp_path / "store"
-    assert ingest.ingest_vllm_bench(s, str(f), **ARGS).points == 1
+    assert ingest.ingest_vllm_bench(s, str(f), **WRITE).points == 1
     f.write_text("\n".join(lines))  # --append-result adds "\n" + the next object
     with pytest.raises(DuplicateError, match="1 of its records were already ingested"):
-        ingest.ingest_vllm_bench(s, str(f), **ARGS)
-    got = ingest.ingest_vllm_bench(s, str(f), **ARGS, skip_existing=True)
+        ingest.ingest_vllm_bench(s, str(f), **WRITE)
+    got = ingest.ingest_vllm_bench(s, str(f), **WRITE, skip_existing=True)
     assert got.points == 1
     assert sorted(p.concurrency for p in store.load(s).points) == [1, 8]
     with pytest.raises(InputError, match="already ingested"):
-        ingest.ingest_vllm_bench(s, str(f), **ARGS, skip_existing=True)
+        ingest.ingest_vllm_bench(s, str(f), **WRITE, skip_existing=True)
 
 
 # ---------------------------------------------------------------- aiperf
@@ -368,11 +370,11 @@ def test_aiperf_malformed_names_file_and_field_and_writes_nothing(
     f = tmp_path / "bad.json"
     f.write_text(json.dumps(doc, indent=2))
     if field is None:  # NaN (genai-perf's json.dumps can write it) means "not measured"
-        ingest.ingest_aiperf(tmp_path / "s2", str(f), **ARGS)
+        ingest.ingest_aiperf(tmp_path / "s2", str(f), **WRITE)
         assert "duration" not in store.load(tmp_path / "s2").points[0].metrics
         return
     with pytest.raises(InputError) as exc:
-        ingest.ingest_aiperf(tmp_path / "store", str(f), **ARGS)
+        ingest.ingest_aiperf(tmp_path / "store", str(f), **WRITE)
     assert (exc.value.path, exc.value.field) == (str(f), field)
     assert message in str(exc.value) and "\n" not in str(exc.value)
     assert nothing_written(tmp_path / "store")
@@ -408,11 +410,11 @@ def test_aiperf_malformed_documents(text: str, line: int | None, message: str) -
 def test_aiperf_same_file_twice_is_refused(tmp_path: Path) -> None:
     s = tmp_path / "store"
     f = str(AIPERF / "aiperf_0_6_0_c8.json")
-    ingest.ingest_aiperf(s, f, **ARGS)
+    ingest.ingest_aiperf(s, f, **WRITE)
     with pytest.raises(DuplicateError, match="already ingested"):
-        ingest.ingest_aiperf(s, f, **{**ARGS, "campaign": "other"})
+        ingest.ingest_aiperf(s, f, **{**WRITE, "campaign": "other"})
     with pytest.raises(InputError, match="already ingested; nothing to add"):
-        ingest.ingest_aiperf(s, f, **ARGS, skip_existing=True)
+        ingest.ingest_aiperf(s, f, **WRITE, skip_existing=True)
 
 
 # ---------------------------------------------------------------- detection
@@ -471,7 +473,7 @@ def test_detect_aiperf_before_anything_else() -> None:
 # ---------------------------------------------------------------- ingest_auto
 
 POINT_OPTS: dict[str, Any] = dict(config="eagle3-topk1-v2", campaign="auto", workload="random-1024-512",
-                                  date="2026-11-02")
+                                  date="2026-11-02", checks=ingest.Checks(create=True))
 
 
 @pytest.mark.parametrize(("path", "fmt", "points"), [
@@ -492,7 +494,7 @@ def test_ingest_auto_end_to_end(tmp_path: Path, path: Path, fmt: str, points: in
 def test_ingest_auto_table_with_configs(tmp_path: Path) -> None:
     fmt, got = ingest.ingest_auto(tmp_path / "store", str(HISTORY / "measurements.csv"),
                                   configs=str(HISTORY / "configs.csv"),
-                                  environment=str(HISTORY / "environment.toml"))
+                                  environment=str(HISTORY / "environment.toml"), checks=ingest.Checks(create=True))
     assert fmt == "table" and got.points == 30
 
 
@@ -568,7 +570,7 @@ def test_aiperf_0_8_cancelled_run_where_every_request_errored_is_a_failed_point(
     assert THROUGHPUT not in p.metrics
     assert p.note == "AIPerf reports the run was cancelled; errors: 32x HTTP 500 Internal Server Error"
     s = tmp_path / "st"
-    ingest.ingest_aiperf(s, str(AIPERF / "aiperf_0_8_0_cancelled_all_failed.json"), **ARGS)
+    ingest.ingest_aiperf(s, str(AIPERF / "aiperf_0_8_0_cancelled_all_failed.json"), **WRITE)
     from findings import api as document
     from findings.document import settings as settings_mod
     got = json.loads(document.conclusions_json(settings_mod.load(None).with_overrides(

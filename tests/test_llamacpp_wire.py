@@ -140,7 +140,7 @@ def test_sweep_scopes_counters_to_the_point(tmp_path: Path, double, api: str) ->
     store = tmp_path / "store"
     r = cli("bench", "--url", url, "--config", "spec", "--campaign", "k", "--workload", "w", "--api", api,
             "--concurrency", "1,4", "--num-prompts", "16", "--input-len", "6", "--output-len", "120",
-            "--warmup", "3", "--no-progress", "--read-timeout", "10", store=store)
+            "--warmup", "3", "--no-progress", "--read-timeout", "10", "--create", store=store)
     assert r.exit_code == 0, r.output
     docs = run_docs(store)
     points = [p for d in docs for p in d["points"]]
@@ -171,7 +171,7 @@ def test_no_speculation_no_draft_figures(tmp_path: Path, double) -> None:
     store = tmp_path / "store"
     r = cli("bench", "--url", url, "--config", "base", "--campaign", "k", "--workload", "w",
             "--api", "openai-completions", "--concurrency", "2", "--num-prompts", "4", "--output-len", "10",
-            "--warmup", "1", "--no-progress", store=store)
+            "--warmup", "1", "--no-progress", "--create", store=store)
     assert r.exit_code == 0, r.output
     [doc] = [json.loads(p.read_text()) for p in (store / "runs").glob("*.json")]
     m = doc["points"][0]["metrics"]
@@ -193,7 +193,7 @@ def test_the_llamacpp_document_shows_the_agreement(tmp_path: Path, double) -> No
         r = cli("--settings", str(ROOT / "benchmarks" / "llamacpp.findings.toml"), "bench", "--url", url,
                 "--config", config, "--campaign", "k", "--workload", "tiny-random", "--api", "openai-completions",
                 "--concurrency", "1,2", "--num-prompts", "16", "--output-len", "200", "--warmup", "2",
-                "--no-progress", store=store)
+                "--no-progress", "--create", store=store)
         assert r.exit_code == 0, r.output
     out = tmp_path / "doc.md"
     r = cli("--settings", str(ROOT / "benchmarks" / "llamacpp.findings.toml"), "render", "--output", str(out),

@@ -92,7 +92,7 @@ def build_store(path: Path) -> None:
     for (config, rate) in RATES:
         for repeat in (1, 2):
             store_mod.add_run(path, _point(f"rate-{i:02d}", config, "chat-open", _rate_metrics(config, rate, repeat),
-                                           {**base, "load": "rate", "request_rate": rate}))
+                                           {**base, "load": "rate", "request_rate": rate}), create=True)
             i += 1
     for config in ("baseline", "spec", "spec-adaptive"):
         store_mod.add_run(path, _point(f"day-{config}", config, "chat-day", _day_metrics(config),

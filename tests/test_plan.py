@@ -22,7 +22,8 @@ PY = sys.executable
 
 def seed_store(tmp_path: Path) -> Path:
     st = tmp_path / "seed"
-    r = cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"), store=st)
+    r = cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"), "--create",
+            store=st)
     assert r.exit_code == 0, r.output
     return st
 
@@ -171,7 +172,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("plan")
     (work / "m.toml").write_text(MATRIX)
     r = findings("--store", "st", "bench", "m.toml", "--no-progress", "--log-dir", "logs", "--date", "2026-12-01",
-                 cwd=work)
+                 "--create", cwd=work)
     assert r.returncode == 0, r.stderr[-2000:]
     return work
 

@@ -32,7 +32,7 @@ def ingest_scenario(st: Path, campaigns: tuple[str, ...] = ("c1", "c2")) -> None
             # relative to the checkout, so that the rendered sources do not depend on where it lies
             path = os.path.relpath(SCENARIO / f"{campaign}-{config}.jsonl")
             r = cli("ingest", "sglang-bench", path, "--config", config,
-                    "--campaign", campaign, "--workload", "chat", "--date", DATES[campaign], store=st)
+                    "--campaign", campaign, "--workload", "chat", "--date", DATES[campaign], "--create", store=st)
             assert r.exit_code == 0, r.output
 
 
@@ -86,7 +86,8 @@ def test_golden_document_for_the_scenario(tmp_path: Path) -> None:
 
 def test_seed_history_names_the_new_candidates_differences_and_calls_nothing_a_regression(tmp_path: Path) -> None:
     st = tmp_path / "seed"
-    r = cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"), store=st)
+    r = cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"), "--create",
+            store=st)
     assert r.exit_code == 0, r.output
     doc = conclusions(st)
     assert doc["regressions"] == []
@@ -192,10 +193,10 @@ def test_configs_table_with_a_campaign_column_gives_facts_per_campaign(tmp_path:
     configs.write_text("config,campaign,sglang_version,tp_size\nbaseline,,,8\nbaseline,c1,0.5.20,\n"
                        "baseline,c2,0.5.23,\n")
     st = tmp_path / "st"
-    r = cli("ingest", "table", str(table), "--configs", str(configs), store=st)
+    r = cli("ingest", "table", str(table), "--configs", str(configs), "--create", store=st)
     assert r.exit_code == 0, r.output
     run = json.loads(next((st / "runs").glob("*.json")).read_text())
-    assert run["schema_version"] == 4
+    assert run["schema_version"] == 5
     assert run["campaign_configs"] == {"c1": {"baseline": {"sglang_version": "0.5.20"}},
                                        "c2": {"baseline": {"sglang_version": "0.5.23"}}}
     data = store.load(st)
@@ -219,7 +220,7 @@ def test_version_2_runs_keep_their_facts_per_campaign(tmp_path: Path) -> None:
         doc["schema_version"] = 2
         path.write_text(json.dumps(doc))
     data = store.load(st)
-    assert data.runs[0].schema_version == 4
+    assert data.runs[0].schema_version == 5
     assert data.facts_of("baseline", "c1")["sglang_version"] == "0.5.20"
 
 

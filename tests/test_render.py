@@ -85,7 +85,7 @@ def test_hostile_names_are_escaped(project, tmp_path):
     )
     env = tmp_path / "env.toml"
     env.write_text('[environment]\nmodel = "m|o<i>del\\n| injected | row |"\n')
-    assert cli("ingest", "table", str(csv), "--environment", str(env), store=store).exit_code == 0
+    assert cli("ingest", "table", str(csv), "--environment", str(env), "--create", store=store).exit_code == 0
     out = tmp_path / "doc.md"
     r = render(project, store, out)
     assert r.exit_code == 0, r.output

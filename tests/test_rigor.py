@@ -101,10 +101,10 @@ def test_pareto_and_goodput():
 def test_mermaid_block_is_safe():
     block = mermaid_xychart('x"y\n]evil', [1, 2], [("a", [1.0, 2.0]), ("b", [3.0, 4.0])])
     lines = block.splitlines()
-    assert lines[:7] == ["```mermaid", "---", "config:", "  themeVariables:", "    xyChart:",
-                         '      plotColorPalette: "#1f77b4, #ff7f0e"', "---"]
-    assert lines[7] == "xychart-beta" and lines[-1] == "```"
-    assert lines[8] == '    title "x_y__evil"'
+    assert lines[:4] == ["```mermaid", "---",
+                         'config: {themeVariables: {xyChart: {plotColorPalette: "#1f77b4, #ff7f0e"}}}', "---"]
+    assert lines[4] == "xychart-beta" and lines[-1] == "```"
+    assert lines[5] == '    title "x_y__evil"'
     assert "line [1.0, 2.0]" in block and 'x-axis "concurrency C" [1, 2]' in block
 
 

@@ -251,7 +251,7 @@ def _run(run_id: str, campaign: str = "c1", date: str = "2026-01-01", sha: str |
 
 def test_add_runs_checks_the_batch_then_writes_it(tmp_path):
     s = tmp_path / "store"
-    paths = store.add_runs(s, [_run("r1"), _run("r2", "c2", "2026-01-02")])
+    paths = store.add_runs(s, [_run("r1"), _run("r2", "c2", "2026-01-02")], create=True)
     assert [p.name for p in paths] == ["r1.json", "r2.json"]
     with pytest.raises(DuplicateError, match="already exists"):
         store.add_runs(s, [_run("r3", "c3"), _run("r1", sha="other")])  # the second is stored already
@@ -267,7 +267,7 @@ def test_add_runs_checks_the_batch_then_writes_it(tmp_path):
 def test_the_fast_reader_falls_back_to_json_where_orjson_would_differ(tmp_path):
     s = tmp_path / "store"
     big = 2 ** 70 + 1  # orjson would round it to a float
-    store.add_run(s, _run("r1", facts={"seed": big, "serial": -(2 ** 64)}))
+    store.add_run(s, _run("r1", facts={"seed": big, "serial": -(2 ** 64)}), create=True)
     run = store.load_runs(s)[0]
     assert run.configs["baseline"] == {"seed": big, "serial": -(2 ** 64)}
     assert type(run.configs["baseline"]["seed"]) is int
@@ -310,7 +310,7 @@ def _store_of(tmp_path: Path, campaigns: int) -> Path:
                      for j, p in enumerate(run.points))
         runs.append(Run(**{**run.__dict__, "points": run.points + spec,
                            "environment": {"driver": f"5{i // 4}", "gpu": "H200"}}))
-    store.add_runs(s, runs)
+    store.add_runs(s, runs, create=True)
     return s
 
 

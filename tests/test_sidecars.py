@@ -44,9 +44,9 @@ RECORDS = {0: {"sent_s": [0.0, 0.01, 0.02, 0.03], "ttft_s": [0.1, 0.1, 0.2, 0.1]
 def test_records_go_to_a_hashed_sidecar_and_read_back_exactly(tmp_path: Path) -> None:
     store = tmp_path / "st"
     run = _run("r1", RECORDS)
-    store_mod.add_run(store, run)
+    store_mod.add_run(store, run, create=True)
     doc = json.loads((store / "runs" / "r1.json").read_text())
-    assert doc["schema_version"] == SCHEMA_VERSION == 4
+    assert doc["schema_version"] == SCHEMA_VERSION == 5
     assert all("requests" not in p for p in doc["points"])  # the run file stays small and reviewable
     side = store / "runs" / f"r1{SIDECAR_SUFFIX}"
     assert doc["requests"] == {"file": side.name, "sha256": hashlib.sha256(side.read_bytes()).hexdigest(),
@@ -57,7 +57,7 @@ def test_records_go_to_a_hashed_sidecar_and_read_back_exactly(tmp_path: Path) ->
     assert run_docs(store)[0]["points"][2]["requests"] == RECORDS[2]
     # The same records give the same bytes (no time stamp in the gzip header).
     other = tmp_path / "other"
-    store_mod.add_run(other, run)
+    store_mod.add_run(other, run, create=True)
     assert (other / "runs" / side.name).read_bytes() == side.read_bytes()
     assert gzip.decompress(side.read_bytes()).startswith(b'{"kind":"findings-requests","run_id":"r1"')
     # A run without records has no sidecar.
@@ -68,7 +68,7 @@ def test_records_go_to_a_hashed_sidecar_and_read_back_exactly(tmp_path: Path) ->
 
 def test_a_missing_changed_or_foreign_sidecar_is_named(tmp_path: Path) -> None:
     store = tmp_path / "st"
-    store_mod.add_run(store, _run("r1", RECORDS))
+    store_mod.add_run(store, _run("r1", RECORDS), create=True)
     side = store / "runs" / f"r1{SIDECAR_SUFFIX}"
     good = side.read_bytes()
     (store / "runs" / f"ghost{SIDECAR_SUFFIX}").write_bytes(good)
@@ -150,7 +150,7 @@ def test_an_old_store_reads_unchanged_and_migrates_to_the_same_document(tmp_path
     assert [(p.id, p.metrics, p.requests) for p in after.points] == \
         [(p.id, p.metrics, p.requests) for p in before.points]
     for old, new in zip(inline, run_docs(store)):
-        assert new["schema_version"] == 4 and new["points"] == old["points"]
+        assert new["schema_version"] == SCHEMA_VERSION and new["points"] == old["points"]
     with cache_off():
         assert _render(conf, store, tmp_path / "after.md") == doc_before
     assert _render(conf, store, tmp_path / "cold.md") == doc_before

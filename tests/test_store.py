@@ -11,11 +11,12 @@ from conftest import HISTORY, cli
 
 from findings import store as store_mod
 from findings.core.errors import StoreError
-from findings.store.schema import SCHEMA_VERSION
+from findings.store.schema import SCHEMA_VERSION, SEAL_KEY, seal_state
 
 
 def files(store: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((store / "runs").glob("*"))} if (store / "runs").exists() else {}
+    return {p.name: p.read_bytes() for p in sorted((store / "runs").glob("*"))
+            if p.name != ".gitkeep"} if (store / "runs").exists() else {}
 
 
 def test_ingest_writes_one_versioned_run_file(seed_store):
@@ -76,10 +77,12 @@ def test_write_is_atomic_and_never_overwrites(tmp_path):
     target = tmp_path / "runs" / "r.json"
     target.parent.mkdir()
     store_mod._write_new(target, {"a": 1})
-    assert json.loads(target.read_text()) == {"a": 1}
+    written = target.read_bytes()
+    assert {k: v for k, v in json.loads(written).items() if k != SEAL_KEY} == {"a": 1}
+    assert seal_state(written) == "sealed"  # the file's own content hash, its last key (D94)
     with pytest.raises(StoreError):
         store_mod._write_new(target, {"a": 2})
-    assert json.loads(target.read_text()) == {"a": 1}
+    assert target.read_bytes() == written
     assert [p.name for p in target.parent.iterdir()] == ["r.json"]  # no temp file left
 
 
@@ -169,7 +172,7 @@ def test_version_1_stores_keep_reading(tmp_path):
     assert v1 and all(json.loads(p.read_text())["schema_version"] == 1 for p in v1)
     data = store_mod.load(FIXTURES / "store")
     run = [r for r in data.runs if r.run_id == "table-0041a71bbc6e"][0]
-    assert run.schema_version == SCHEMA_VERSION == 4
+    assert run.schema_version == SCHEMA_VERSION == 5
     assert run.source_file == "benchmarks/history/measurements.csv" and len(run.source_sha256) == 64
     # A v1 store can take new (v3) runs: mixed versions read together.
     mixed = tmp_path / "mixed"
@@ -185,7 +188,7 @@ def test_migration_function_and_unknown_versions():
     from findings.store.schema import migrate
     doc = {"schema_version": 1, "source_file": {"path": "a.csv", "sha256": "ab"}}
     out = migrate(dict(doc), "x.json")
-    assert out["schema_version"] == 4 and out["inputs"] == [{"path": "a.csv", "sha256": "ab", "role": "data"}]
+    assert out["schema_version"] == 5 and out["inputs"] == [{"path": "a.csv", "sha256": "ab", "role": "data"}]
     assert "campaign_configs" not in out  # v2 -> v3: run-wide facts hold in each of the run's campaigns
     for bad in (0, "1", None, True):
         with pytest.raises(StoreError, match="schema_version"):

@@ -54,7 +54,7 @@ def test_changed_source_is_a_note(tmp_path):
     src = tmp_path / "m.csv"
     src.write_text((HISTORY / "measurements.csv").read_text())
     s = tmp_path / "st"
-    assert cli("ingest", "table", str(src), store=s).exit_code == 0
+    assert cli("ingest", "table", str(src), "--create", store=s).exit_code == 0
     with open(src, "a") as fh:
         fh.write("overlap-topk1,3,diverse-prompts,baseline,70,780.0,\n")
     r = cli("store", "check", store=s)

@@ -18,7 +18,8 @@ from findings.core.errors import DuplicateError
 
 def seeded(tmp_path: Path) -> Path:
     st = tmp_path / "st"
-    r = cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"), store=st)
+    r = cli("ingest", "table", str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"),
+            "--create", store=st)
     assert r.exit_code == 0, r.output
     return st
 
@@ -64,7 +65,7 @@ def test_run_files_added_behind_its_back_are_seen(tmp_path: Path) -> None:
     index was updated) adds run files the index does not know."""
     st = seeded(tmp_path)
     other = tmp_path / "other"
-    assert cli("ingest", "table", str(FIXTURES / "rigor.csv"), store=other).exit_code == 0
+    assert cli("ingest", "table", str(FIXTURES / "rigor.csv"), "--create", store=other).exit_code == 0
     for f in (other / "runs").glob("*.json"):
         shutil.copy(f, st / "runs" / f.name)
     status = storeindex.status(st)

@@ -320,7 +320,7 @@ def run_ours(a: argparse.Namespace, profile: str, c: int, n: int, out: Path, tag
         cmd = [str(FINDINGS), "--store", str(store), "bench", "--url", emu.url, "--config", profile,
                "--campaign", campaign, "--workload", "xcheck", "--concurrency", str(c),
                "--num-prompts", str(n), "--input-len", str(a.input_len), "--output-len", str(a.output_len),
-               "--prompts", "random-ids", "--api", "native", "--warmup", str(a.warmup), "--no-progress"]
+               "--prompts", "random-ids", "--api", "native", "--warmup", str(a.warmup), "--no-progress", "--create"]
         clog = out / f"ours-{tag}.log"
         t0 = time.monotonic()
         with open(clog, "w", encoding="utf-8") as fh:

@@ -123,7 +123,7 @@ def main() -> int:
                                  "--concurrency", str(c), "--num-prompts", str(n), "--input-len", str(INPUT_LEN),
                                  "--output-len", str(OUTPUT_LEN), "--prompts", "diverse", "--api",
                                  "openai-completions", "--warmup", "2", "--repeats", "1", "--date", today,
-                                 "--no-progress"])
+                                 "--no-progress", "--create"])
                         else:
                             name = f"vllm-bench-{stamp}-{config}-c{c}-r{rep}.json"
                             run([vpy, ROOT / "tools" / "vllm_cli.py", "bench", "serve", "--backend", "openai",
@@ -137,7 +137,8 @@ def main() -> int:
                                 env={**os.environ, "HF_HUB_OFFLINE": "1"})
                             run([PY, "-m", "findings", "--settings", SETTINGS, "--store", a.store, "ingest",
                                  "vllm-bench", inputs / name, "--config", config, "--campaign", peer_campaign,
-                                 "--workload", "tiny-loop-vllm-bench", "--date", today, "--order", str(peer_order)])
+                                 "--workload", "tiny-loop-vllm-bench", "--date", today, "--order", str(peer_order),
+                                 "--create"])
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:

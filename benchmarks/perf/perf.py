@@ -173,7 +173,7 @@ def _bench(emu: Emulator, work: Path, tag: str, load: list[str], n: int, out_len
     cmd = [*pin(1), str(FINDINGS), "--store", str(store), "bench", "--url", emu.url, "--config", "perf",
            "--campaign", f"perf-{tag}", "--workload", "perf", *load, "--num-prompts", str(n),
            "--input-len", "32", "--output-len", str(out_len), "--prompts", "random-ids", "--warmup", "2",
-           "--no-progress", "--read-timeout", "120"]
+           "--no-progress", "--read-timeout", "120", "--create"]
     rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
     files = sorted((store / "runs").glob("*.json")) if (store / "runs").is_dir() else []
     if rc != 0 or not files:
@@ -399,7 +399,7 @@ def section_emulator(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
             cmd = [*pin(1), str(FINDINGS), "--store", str(store), "bench", "--url", emu.url, "--config", "perf",
                    "--campaign", f"perf-{tag}", "--workload", "perf", "--concurrency", str(c), "--num-prompts",
                    str(n), "--input-len", "256", "--output-len", "32", "--prompts", "random-ids", "--warmup", "0",
-                   "--no-progress", "--read-timeout", "120"]
+                   "--no-progress", "--read-timeout", "120", "--create"]
             rc, _, _ = run_client(cmd, work / f"client-{tag}.log", a.client_timeout)
             sched = http_json(emu.url + "/server_info").get("emulator_schedule", {})
         files = sorted((store / "runs").glob("*.json"))
@@ -550,7 +550,7 @@ def main() -> int:
     write_outputs(rows, campaign, now.strftime("%Y-%m-%d"), csv_path, env_path, env)
     log(f"{len(rows)} rows -> {csv_path.relative_to(ROOT) if csv_path.is_relative_to(ROOT) else csv_path}")
     base = [str(FINDINGS), "--settings", str(a.settings), "--store", str(a.store)]
-    subprocess.run([*base, "ingest", "table", str(csv_path), "--environment", str(env_path)], check=True)
+    subprocess.run([*base, "ingest", "table", str(csv_path), "--environment", str(env_path), "--create"], check=True)
     if not a.no_render:
         subprocess.run([*base, "render"], check=True)
     log(f"done in {time.perf_counter() - t0:.0f} s")

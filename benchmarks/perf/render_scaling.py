@@ -232,7 +232,7 @@ def build_store(folder: Path, n_points: int, seed: int = 0, request_fraction: fl
 
 
 def _write(folder: Path, runs: list[Run]) -> None:
-    store_mod.add_runs(folder, runs)  # one check of the store per batch, each file atomic
+    store_mod.add_runs(folder, runs, create=True)  # one check of the store per batch, each file atomic
 
 
 def _store_bytes(folder: Path) -> int:

@@ -1,4 +1,6 @@
-"""Benchmark matrices: TOML in, validated frozen dataclasses out.
+"""Benchmark matrices: TOML in, validated frozen dataclasses out. Every table
+and key, its type, default and meaning: docs/matrix.md (``KEYS`` below is the
+list of keys the loader accepts; tests/test_matrix_doc.py holds the page to it).
 
 ```toml
 [defaults]                    # any key here applies to every campaign
@@ -49,6 +51,8 @@ concurrency = [1, 30, 100, 250]  # optional, overrides defaults
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -264,11 +268,45 @@ def _bool(path: str, where: str, v: Any) -> bool:
     return v
 
 
+#: A config's keys (exactly one of launch and url).
+CONFIG_KEYS = frozenset({"launch", "url", "env", "facts"})
+#: A ``[[campaigns]]`` entry's keys: its name, configs and workloads, and any sweep key.
+CAMPAIGN_KEYS = frozenset({"name", "configs", "workloads"}) | SWEEP_KEYS
+#: Every table of a matrix and the keys each takes (``vars``: any name). Every
+#: key here is documented in docs/matrix.md (tests/test_matrix_doc.py checks).
+KEYS: Mapping[str, frozenset[str]] = {
+    "defaults": frozenset(SWEEP_KEYS),
+    "workloads": frozenset(WORKLOAD_KEYS | loadspec.KEYS),
+    "vars": frozenset(),
+    "configs": CONFIG_KEYS,
+    "campaigns": CAMPAIGN_KEYS,
+}
+
+
+def _known(path: str, where: str, table: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    """A key the loader does not know is refused, not ignored (a typo would be a silent default)."""
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise InputError(path, None, f"{where}.{unknown[0]}",
+                         f"unknown key; expected one of {', '.join(sorted(allowed))}")
+
+
 def parse(path: str, text: str) -> Matrix:
+    """A matrix file's text, validated (docs/matrix.md); relative dataset and
+    trace paths start from the file's folder."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InputError(path, None, None, f"not valid TOML: {exc}") from None
+    unknown = sorted(set(doc) - set(KEYS))
+    if unknown:
+        raise InputError(path, None, unknown[0], f"unknown table; expected {', '.join(KEYS)}")
+    for table in ("defaults", "workloads", "configs"):
+        if not isinstance(doc.get(table, {}), dict):
+            raise InputError(path, None, table, "expected a table")
+    if not isinstance(doc.get("campaigns", []), list):
+        raise InputError(path, None, "campaigns", "expected an array of tables: [[campaigns]]")
+    _known(path, "defaults", doc.get("defaults", {}), KEYS["defaults"])
     defaults = _sweep(path, "defaults", doc.get("defaults", {}), Sweep(concurrency=(1, 2, 5, 10, 30, 70, 100, 250)))
     workloads: dict[str, Workload] = {}
     expanded: dict[str, list[str]] = {}
@@ -290,6 +328,7 @@ def parse(path: str, text: str) -> Matrix:
         where = f"configs.{name}"
         if not valid_name(name) or not isinstance(t, dict):
             raise InputError(path, None, where, "expected a table with a valid name")
+        _known(path, where, t, CONFIG_KEYS)
         launch, url = t.get("launch"), t.get("url")
         if (launch is None) == (url is None):
             raise InputError(path, None, where, "give exactly one of 'launch' or 'url'")
@@ -312,6 +351,9 @@ def parse(path: str, text: str) -> Matrix:
     seen = set()
     for i, t in enumerate(doc.get("campaigns", [])):
         where = f"campaigns[{i}]"
+        if not isinstance(t, dict):
+            raise InputError(path, None, where, "expected a table")
+        _known(path, where, t, CAMPAIGN_KEYS)
         name = t.get("name")
         if not isinstance(name, str) or not valid_name(name) or name in seen:
             raise InputError(path, None, f"{where}.name", "expected a unique valid name")
@@ -350,7 +392,7 @@ def attach_workload(name: str, *, api: str, prompts: str | None, dataset: str | 
     if dataset is not None:
         if prompts is not None:
             raise FindingsError("give either --dataset or --prompts, not both")
-        t["dataset"] = dataset
+        t["dataset"] = os.path.abspath(Path(dataset).expanduser())
     else:
         t["prompts"] = prompts or ("random-ids" if api == "native" else "diverse")
         if t["prompts"] not in datasets.REGISTRY:
@@ -363,7 +405,39 @@ def attach_workload(name: str, *, api: str, prompts: str | None, dataset: str | 
         for key in ("input_len", "output_len", "num_prompts"):
             t.pop(key, None)
     t.update(load or {})
-    return workload_from("command line", name, t, Path.cwd())
+    if isinstance(t.get("trace"), str):
+        t["trace"] = os.path.abspath(Path(t["trace"]).expanduser())
+    return replace(workload_from("command line", name, t, Path.cwd()), source_table=t)
+
+
+def _toml(value: Any) -> str:
+    """One TOML value: a string, number, boolean or (nested) list."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)  # inf is TOML's inf too
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def attach_matrix_toml(url: str, config: str, campaign: str, workload: Workload, sweep: Sweep) -> str | None:
+    """The matrix that ``findings bench --url`` with these options amounts to:
+    the config attached by its ``url``, the workload's table, the sweep as
+    ``[defaults]``. Each run of an attach-mode bench records it (provenance
+    ``bench_matrix``), so that ``findings plan --output`` can write a matrix for
+    such runs. None when the workload was not made by ``attach_workload``."""
+    if workload.source_table is None:
+        return None
+    lines = ["# findings bench --url, as a matrix (docs/matrix.md)", "[defaults]"]
+    lines += [f"{key} = {_toml(getattr(sweep, key))}" for key in sorted(SWEEP_KEYS)]
+    lines += ["", f"[workloads.{workload.name}]"]
+    lines += [f"{key} = {_toml(v)}" for key, v in workload.source_table.items()]
+    lines += ["", f"[configs.{config}]", f"url = {_toml(url)}", "", "[[campaigns]]", f"name = {_toml(campaign)}",
+              f"configs = {_toml([config])}", f"workloads = {_toml([workload.name])}"]
+    return "\n".join(lines) + "\n"
 
 
 def attach_load(*, request_rate: str | None, burstiness: str | None, max_concurrency: int | None,

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from findings import store
 from findings.core.version import __version__
@@ -31,10 +31,12 @@ from findings.bench.client import PointPlan, planned_requests, run_point
 from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
 from findings.bench.metrics import derive, raw_columns
 from findings.bench.progress import Progress
+from findings.bench import resume
+from findings.bench.resume import load_axis
 from findings.bench.records import PointOutcome
 from findings.bench.transport import Control, make_transport
 from findings.bench.workload import Workload, make_prompts, trace_prompts
-from findings.core.errors import FindingsError
+from findings.core.errors import FindingsError, NotAStoreError
 from findings.load.spec import next_search_rate
 from findings.core.model import Campaign, Input, Point, Run, Scalar
 from findings.store.schema import SCHEMA_VERSION, point_id
@@ -63,6 +65,11 @@ class BenchOptions:
     allow_workload_change: bool = False
     #: Add points to a campaign already in the store (``--append``).
     append: bool = False
+    #: Make the store if it is not one yet (``--create``); else such a path is refused.
+    create: bool = False
+    #: Attach mode: the matrix its options amount to, recorded in each run's
+    #: provenance as ``bench_matrix`` (``findings plan --output`` writes from it).
+    recorded_matrix: str | None = None
     # Computed once per invocation by run_matrix, not once per point:
     commit: str | None = None  # git commit of the findings repo
     matrix_input: Input | None = None
@@ -396,6 +403,8 @@ def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workl
             provenance[f"env.{k}"] = serverinfo.REDACTED if serverinfo.secret_name(k) else serverinfo.redact(v)
     if opts.commit:
         provenance["findings_commit"] = opts.commit
+    if opts.recorded_matrix:
+        provenance["bench_matrix"] = opts.recorded_matrix
     identity = {"campaign": campaign.name, "config": target.spec.name, "workload": w.name, "c": concurrency,
                 "rate": rate, "repeat": repeat, "metrics": metrics, "started": started_wall}
     rid, sha = _run_id(identity)
@@ -422,7 +431,8 @@ def _recovery_folders(opts: BenchOptions) -> list[Path]:
     return list(dict.fromkeys(folders))
 
 
-def _refused(opts: BenchOptions, report: BenchReport, run: Run, label: str, exc: diskio.DiskError) -> None:
+def _refused(opts: BenchOptions, report: BenchReport, run: Run, label: str,
+             exc: diskio.DiskError | NotAStoreError) -> None:
     """Keep a point the store's disk refused in a recovery file, and say where."""
     try:
         kept = store.save_recovery([run], opts.store, str(exc), _recovery_folders(opts))
@@ -430,7 +440,9 @@ def _refused(opts: BenchOptions, report: BenchReport, run: Run, label: str, exc:
         rest = f"its measurements are lost: the recovery file could not be written either ({again})"
     else:
         rest = f"its measurements are in {kept} (store them later: findings ingest recovery {kept})"
-    report.problems.append(f"{exc.with_outcome(f'the point {label} was not stored')}; {rest}")
+    what = (exc.with_outcome(f"the point {label} was not stored") if isinstance(exc, diskio.DiskError)
+            else f"{exc} (the point {label} was not stored)")
+    report.problems.append(f"{what}; {rest}")
     report.stopped = True
 
 
@@ -506,8 +518,8 @@ class _Driver:
                          metrics, conversations=len(prompts), rate=rate)
         try:
             path = store.add_run(self.opts.store, run, baseline=self.opts.baseline,
-                                 allow_workload_change=self.opts.allow_workload_change)
-        except diskio.DiskError as exc:
+                                 allow_workload_change=self.opts.allow_workload_change, create=self.opts.create)
+        except (diskio.DiskError, NotAStoreError) as exc:  # the latter: the store went away mid-run
             _refused(self.opts, self.report, run, label, exc)
             raise _Stopped from None
         self.report.written.append(path)
@@ -526,30 +538,28 @@ def _load_label(w: Workload, c: int, rate: float | None) -> str:
     return w.load.mode
 
 
-def load_axis(w: Workload, sweep: Sweep) -> list[tuple[int, float | None]]:
-    """The points of one workload in a sweep, as (concurrency, rate): each C
-    of a closed loop; each rate of an open loop (its cap as C), or its one
-    profile or trace."""
-    if w.load is None:
-        return [(c, None) for c in sweep.concurrency]
-    return [(w.load.cap, r) for r in w.load.axis]
-
-
 class _Gone(Exception):
     """The server of a sweep died: that sweep ends (the points so far are stored)."""
 
 
 async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec, workloads: list[Workload],
-                        opts: BenchOptions, report: BenchReport, environment: dict[str, Scalar]) -> None:
+                        opts: BenchOptions, report: BenchReport, environment: dict[str, Scalar],
+                        have: resume.Stored | None = None) -> None:
+    """``have``: the campaign's stored points (``--append``), not measured again."""
     sweep = spec.sweep
     driver = _Driver(target, sweep, opts, report, environment, workloads)
+
+    async def point(w: Workload, c: int, repeat: int, rate: float | None) -> Mapping[str, float]:
+        old = resume.find(have, target.spec.name, w, sweep.api, c, rate, repeat) if have else None
+        return old.metrics if old is not None else await driver.point(campaign, w, c, repeat, sweep.repeats, rate)
+
     await driver.transport.start()
     try:
         for w in workloads:
             attained: dict[float, list[float]] = {}
             for c, rate in load_axis(w, sweep):
                 for repeat in range(1, sweep.repeats + 1):
-                    metrics = await driver.point(campaign, w, c, repeat, sweep.repeats, rate)
+                    metrics = await point(w, c, repeat, rate)
                     if rate is not None:
                         attained.setdefault(rate, []).append(metrics.get("slo_attainment", 0.0))
             load = w.load
@@ -560,7 +570,7 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
                 if rate is None:
                     break
                 for repeat in range(1, sweep.repeats + 1):
-                    metrics = await driver.point(campaign, w, load.cap, repeat, sweep.repeats, rate)
+                    metrics = await point(w, load.cap, repeat, rate)
                     attained.setdefault(rate, []).append(metrics.get("slo_attainment", 0.0))
     except _Gone:
         return
@@ -685,7 +695,7 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
     environment = host.facts()
     stamp = int(time.strftime("%H%M%S", time.gmtime()))
     try:
-        store.writable(opts.store)
+        store.writable(opts.store, opts.create)
     except diskio.DiskError as exc:
         raise exc.with_outcome("nothing was measured; the store is unchanged") from None
     if opts.until_decided is not None:
@@ -718,14 +728,24 @@ def _campaigns(matrix: Matrix, opts: BenchOptions, report: BenchReport, environm
         if opts.until_decided is not None:
             _until_decided_campaign(matrix, spec, campaign, opts, report, environment)
             continue
+        workloads = [matrix.workloads[w] for w in spec.workloads]
+        have = resume.stored(store.load_runs(opts.store, requests=False), campaign.name) if opts.append else None
+        done: tuple[str, ...] = ()
+        if have is not None:
+            found = resume.plan(have, spec, workloads)
+            line = found.line()
+            if line:
+                print(line, file=sys.stderr, flush=True)
+            done = found.done
         for cname in spec.configs:
+            if cname in done:
+                continue
             target = _connect_or_stop(matrix.configs[cname], spec, opts, report)
             try:
                 _check_store(target, opts)
-                workloads = [matrix.workloads[w] for w in spec.workloads]
                 _check_vocab(target, workloads)
                 _preflight(target, campaign, workloads, spec.sweep, opts)
-                asyncio.run(_sweep_config(target, campaign, spec, workloads, opts, report, environment))
+                asyncio.run(_sweep_config(target, campaign, spec, workloads, opts, report, environment, have))
             finally:
                 target.control.close()
                 if target.server is not None:
@@ -801,7 +821,7 @@ def bench_attach(url: str, config: str, campaign: str, workload: Workload, sweep
             raise FindingsError(f"{label}: invalid name {value!r}")
     if not url.startswith(("http://", "https://")):
         raise FindingsError(f"--url: expected an http(s) URL, got {url!r}")
-    from findings.bench.matrix import api_problem, split
+    from findings.bench.matrix import api_problem, attach_matrix_toml, split
     parts = split(workload)
     for w in parts:
         problem = api_problem(w, sweep.api)
@@ -811,13 +831,13 @@ def bench_attach(url: str, config: str, campaign: str, workload: Workload, sweep
                     workloads={w.name: w for w in parts},
                     campaigns=(CampaignSpec(name=campaign, configs=(config,), workloads=tuple(w.name for w in parts),
                                             sweep=sweep),))
-    return run_matrix(matrix, opts)
+    return run_matrix(matrix, replace(opts, recorded_matrix=attach_matrix_toml(url, config, campaign, workload, sweep)))
 
 
 def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_dir: str | None,
             api_key: str | None, progress: bool, until_decided: bool = False, max_repeats: int = 10,
             max_minutes: float | None = None, append: bool = False,
-            allow_workload_change: bool = False) -> BenchOptions:
+            allow_workload_change: bool = False, create: bool = False) -> BenchOptions:
     """Runner options from the settings and the command line."""
     from findings.store.schema import valid_date
     day = date or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
@@ -828,7 +848,7 @@ def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_d
                         log_dir=Path(log_dir) if log_dir else settings.root / "build" / "logs",
                         date=day, campaign_suffix=campaign_suffix, api_key=api_key, progress=progress,
                         root=settings.root, baseline=settings.rules.baseline, append=append,
-                        allow_workload_change=allow_workload_change,
+                        allow_workload_change=allow_workload_change, create=create,
                         until_decided=UntilDecided(settings.rules.baseline, settings.rules.noise_floor,
                                                    settings.rules.confidence, max_repeats, max_minutes)
                         if until_decided else None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from findings.datasets import PromptSet, sample
 from findings.load.spec import LoadSpec
@@ -66,6 +67,9 @@ class Workload:
     #: An open loop (findings.load.spec): requests sent at a rate, over a
     #: profile or as a trace replays, instead of C always in flight.
     load: LoadSpec | None = field(default=None, compare=False, repr=False)
+    #: ``findings bench --url``: the workload table the command line amounts to
+    #: (paths absolute), written into each run's recorded matrix (matrix.attach_matrix_toml).
+    source_table: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def open_loop(self) -> bool:

@@ -91,16 +91,26 @@ def _geometric(lo: int, hi: int, n: int) -> list[int]:
     return [c for c in out if lo < c < hi]
 
 
-def bracket_points(lo: int, hi: int, measured: Sequence[int]) -> list[int]:
-    """C strictly inside (lo, hi): the grid's own C there (at most three,
-    spread out), else a geometric grid of three."""
-    inside = sorted(c for c in set(measured) if lo < c < hi)
+def bracket_points(lo: int, hi: int, measured: Sequence[int], taken: Sequence[int] = ()) -> list[int]:
+    """C strictly inside (lo, hi), never one of ``taken`` (the C already
+    measured for every config compared): the grid's own C there (at most
+    three, spread out), else a geometric grid of three, each C moved to the
+    nearest one not taken. Empty when every C inside is taken."""
+    skip = set(taken)
+    inside = sorted(c for c in set(measured) if lo < c < hi and c not in skip)
     if len(inside) > BRACKET_POINTS:
         idx = sorted({round(i * (len(inside) - 1) / (BRACKET_POINTS - 1)) for i in range(BRACKET_POINTS)})
         inside = [inside[i] for i in idx]
     if inside:
         return inside
-    return _geometric(lo, hi, min(BRACKET_POINTS, hi - lo - 1))
+    free = [c for c in range(lo + 1, hi) if c not in skip]
+    if len(free) <= BRACKET_POINTS:
+        return free
+    chosen: list[int] = []
+    for g in _geometric(lo, hi, BRACKET_POINTS):
+        left = [c for c in free if c not in chosen]
+        chosen.append(min(left, key=lambda c: (abs(c - g), c)))
+    return sorted(chosen)
 
 
 def _bracket(cand: Candidate) -> tuple[int, int] | None:
@@ -198,10 +208,11 @@ def questions(data: Dataset, rules: Rules, done: regressions.Concluded) -> list[
             covered: set[int] = set()
             mine = [c for c in table.concurrencies if table.cells_of(cand.config, c)]
             bracket = _bracket(cand)
-            if bracket is not None and bracket[1] - bracket[0] > 1 and cand.crossover is not None:
+            both = [c for c in base_cs if c in mine]  # measured for both configs: never proposed again
+            cs = bracket_points(*bracket, base_cs, both) if bracket is not None else []
+            if bracket is not None and bracket[1] - bracket[0] > 1 and cand.crossover is not None and cs:
                 lo, hi = bracket
                 x = cand.crossover
-                cs = bracket_points(lo, hi, base_cs)
                 a, b = x.between
                 n = max((cell.n for c in (a, b) for cell in table.cells_of(cand.config, c).values()), default=1)
                 gap = (f"; nothing was measured between C={a} and C={b}"

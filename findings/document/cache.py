@@ -47,7 +47,7 @@ from findings.derive.analysis import point_series
 from findings.derive.history import HistoryCache
 from findings.derive.validity import records_counted
 from findings.core.model import Dataset, Point, Run
-from findings.store.schema import SIDECAR_SUFFIX
+from findings.store.schema import SIDECAR_SUFFIX, hash_and_seal, seal_state
 
 #: Bump when what an entry holds changes.
 VERSION = "1"
@@ -135,6 +135,10 @@ class Scan:
     store: Path
     cache: Path | None
     files: tuple[tuple[str, str], ...]  # (run file name, key), in file-name order
+    #: The run files edited by hand since findings wrote them (their seal,
+    #: schema.seal_state, fails), in name order: told when a file is hashed,
+    #: and kept with its hash, so an unchanged file costs nothing (D94).
+    edited: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -150,9 +154,9 @@ def scan(store: Path) -> Scan:
     cache = _usable(folder())
     runs = store / store_mod.RUNS
     try:
-        if cache is None:  # nothing to look up: the names are enough
-            return Scan(store, None, tuple(sorted((e.name, "") for e in os.scandir(runs)
-                                                  if e.name.endswith(".json") and not e.name.startswith("."))))
+        if cache is None:  # nothing to look up: the names are enough (and each file's seal)
+            names = sorted(e.name for e in os.scandir(runs) if e.name.endswith(".json") and not e.name.startswith("."))
+            return Scan(store, None, tuple((n, "") for n in names), _edited_uncached(runs, names))
         entries = sorted((e.name, e.stat()) for e in os.scandir(runs) if not e.name.startswith("."))
     except (FileNotFoundError, NotADirectoryError):
         return Scan(store, cache, ())
@@ -164,20 +168,27 @@ def scan(store: Path) -> Scan:
             known = doc["files"]
     now = time.time()
     hashes: dict[str, str] = {}
+    edited: list[str] = []
     recorded: dict[str, list[Any]] = {}
     for name, st in entries:
         stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
         old = known.get(name)
-        if old is not None and old[:3] == stamp:
-            digest = old[3]
+        if old is not None and old[:3] == stamp and len(old) == 5:
+            digest, state = old[3], old[4]
         else:
             try:
-                digest = hashlib.sha256((runs / name).read_bytes()).hexdigest()
+                raw = (runs / name).read_bytes()
             except OSError:
                 continue  # gone, or unreadable: the reader says which
+            if name.endswith(".json"):
+                digest, state = hash_and_seal(raw)
+            else:
+                digest, state = hashlib.sha256(raw).hexdigest(), ""
         hashes[name] = digest
+        if state == "edited":
+            edited.append(name)
         if now - st.st_mtime_ns / 1e9 > RACY_S:
-            recorded[name] = stamp + [digest]
+            recorded[name] = stamp + [digest, state]
     if recorded != known:
         _write(manifest_path, json.dumps({"version": VERSION, "store": str(store.resolve()),
                                           "files": recorded}, sort_keys=True).encode())
@@ -186,7 +197,19 @@ def scan(store: Path) -> Scan:
         if name.endswith(".json"):
             side = hashes.get(name[:-len(".json")] + SIDECAR_SUFFIX, "")
             files.append((name, hashlib.sha256(f"{digest}|{side}".encode()).hexdigest()))
-    return Scan(store, cache, tuple(sorted(files)))
+    return Scan(store, cache, tuple(sorted(files)), tuple(sorted(edited)))
+
+
+def _edited_uncached(runs: Path, names: list[str]) -> tuple[str, ...]:
+    """With no cache: each run file read once more for its seal."""
+    out = []
+    for name in names:
+        try:
+            if seal_state((runs / name).read_bytes()) == "edited":
+                out.append(name)
+        except OSError:
+            continue  # the reader says which
+    return tuple(out)
 
 
 def _derived(run: Run) -> Run:

@@ -19,7 +19,7 @@ import os
 import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Sequence
 
 from findings.core import fmt
 from findings.derive import regressions
@@ -29,7 +29,8 @@ from findings.derive.derived import derive as derive_all
 from findings.core.errors import FindingsError
 from findings.derive.history import replay
 from findings.core.model import Dataset, Run
-from findings.store.schema import SIDECAR_SUFFIX
+from findings.store import check as storecheck
+from findings.store.schema import SIDECAR_SUFFIX, seal_state
 from findings.document.settings import Settings
 
 #: Seconds any one git command may take.
@@ -147,11 +148,13 @@ def resolve_base(top: Path, base_ref: str | None) -> Base:
     return Base("HEAD", head)
 
 
-def runs_at(top: Path, commit: str, store_rel: str) -> list[Run]:
+def runs_at(top: Path, commit: str, store_rel: str, edited: list[str] | None = None) -> list[Run]:
     """The store's run files as of ``commit``, read from git into memory.
 
     Nothing is written: ``findings diff`` works on a read-only checkout or a
     full disk. A store that did not exist at ``commit`` has no runs.
+    ``edited``, when given, receives the names (``runs/NAME.json``) of the
+    run files edited by hand since findings wrote them (their seal fails).
     """
     runs_rel = PurePosixPath(store_rel, store.RUNS) if store_rel != "." else PurePosixPath(store.RUNS)
     try:
@@ -191,6 +194,8 @@ def runs_at(top: Path, commit: str, store_rel: str) -> list[Run]:
         if not name.endswith(".json"):
             continue
         label = f"{commit[:12]}:{runs_rel}/{name}"
+        if edited is not None and seal_state(bodies[name]) == "edited":
+            edited.append(f"{store.RUNS}/{name}")
         run = store.parse_run(bodies[name], label, name[:-len(".json")])
         if run.sidecar is not None:
             where = f"{commit[:12]}:{runs_rel}/{run.sidecar.file}"
@@ -210,13 +215,16 @@ class Side:
     json: dict[str, Any]
     cells: dict[CellKey, Cell]
     tables: dict[CellKey, Comparison]
+    #: Its run files edited by hand since findings wrote them (``runs/NAME.json``).
+    edited: tuple[str, ...] = ()
 
 
-def derive(data: Dataset, settings: Settings) -> Side:
+def derive(data: Dataset, settings: Settings, edited: Sequence[str] = ()) -> Side:
     """One side of the diff: the one derivation of its store (its JSON is
     ``conclusions --json``'s), and its cells of every point, valid or not."""
     d = derive_all(data, settings.rules)
     return Side(
+        edited=tuple(edited),
         data=data,
         json=d.to_json(),
         cells={(c.campaign, c.workload, c.config, c.concurrency): c for c in cells(data)},
@@ -250,17 +258,18 @@ def diff_markdown(settings: Settings, base_ref: str | None = None, head_ref: str
     before = derive(store.merge(base_runs), settings)
     if head_ref is not None:
         head = resolve_base(top, head_ref)
-        head_runs = runs_at(top, head.commit, store_rel)
+        head_edited: list[str] = []
+        head_runs = runs_at(top, head.commit, store_rel, head_edited)
         if not base_runs and not head_runs:
             raise FindingsError(f"{store_rel}: no run files at {base.ref} nor at {head.ref}; "
                                 f"check --store or findings.toml")
-        after = derive(store.merge(head_runs), settings)
+        after = derive(store.merge(head_runs), settings, head_edited)
         return summary(before, after, _label(top, base), settings, _label(top, head))
     if not base_runs or (settings.store / store.RUNS).is_dir():
         data = store.load(settings.store)  # neither side a store: a typo'd --store, exit 2
     else:
         data = store.merge([])  # the change removes the store
-    after = derive(data, settings)
+    after = derive(data, settings, [f"{store.RUNS}/{p.name}" for p in storecheck.edited(settings.store)])
     return summary(before, after, _label(top, base), settings)
 
 
@@ -542,6 +551,17 @@ def _size(side: Side) -> str:
     return f"{nc} campaign{'s' if nc != 1 else ''}, {npts} point{'s' if npts != 1 else ''}"
 
 
+def _edited_line(side: Side, label: str) -> str | None:
+    """One line when run files of ``side`` were edited by hand (D94), else None."""
+    n = len(side.edited)
+    if not n:
+        return None
+    names = ", ".join(fmt.code(e) for e in side.edited[:3]) + (f" and {n - 3} more" if n > 3 else "")
+    return (f"> **Warning: the store was edited by hand** ({label}): {'1 run file' if n == 1 else f'{n} run files'} "
+            f"({names}) no longer match{'es' if n == 1 else ''} what findings wrote; `findings store check` says "
+            f"what changed and how to repair it.")
+
+
 def summary(before: Side, after: Side, base_label: str, settings: Settings, head_label: str = "working tree") -> str:
     """The markdown summary of two derived sides; deterministic. Nothing
     changed: one line."""
@@ -556,10 +576,14 @@ def summary(before: Side, after: Side, base_label: str, settings: Settings, head
          "beyond its band)", numbers_section(before, after, settings)),
         ("**Campaign tables re-judged**", tables_section(before, after)),
     ]
+    flag = _edited_line(after, head_label)
     if not any(lines for _, lines in sections):
         at = "" if head_label == "working tree" else f" at {head_label}"
-        return f"findings diff: no change{at} against {base_label} ({_size(after)}).\n"
+        return f"findings diff: no change{at} against {base_label} ({_size(after)}).\n" + \
+            (f"{flag}\n" if flag else "")
     out.append(f"Store: {_size(before)} → {_size(after)}.")
+    if flag:
+        out += ["", flag]
     for title, lines in sections:
         if not lines:
             continue

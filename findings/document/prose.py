@@ -143,6 +143,14 @@ def _crossing(cand: Candidate) -> str:
             f"interpolated on log C{gap})")
 
 
+def crossover_short(cand: Candidate) -> str:
+    """The crossover in a table cell: ``C≈3.6 (1.8–7.2)``, or "—"."""
+    x = cand.crossover
+    if x is None:
+        return "—"
+    return f"C≈{_c(x.estimate)} ({_c(x.low)}–{_c(x.high)})"
+
+
 def policy(cand: Candidate) -> str:
     wins, losses, ties = _concs(cand, WIN), _concs(cand, LOSS), _concs(cand, TIE)
     wild = _concs(cand, NOT_COMPARABLE)

@@ -34,7 +34,7 @@ def markdown_table(table: Table | None) -> str:
     if table is None or not table.rows:
         return "_(none)_"
     headers = [fmt.text(h) for h in table.headers]
-    rows = [[fmt.text(c) for c in row] for row in table.rows]
+    rows = [[c if table.markdown else fmt.text(c) for c in row] for row in table.rows]
     fast = github_table(headers, rows, table.align)
     if fast is not None:
         return fast

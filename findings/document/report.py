@@ -7,6 +7,7 @@ only format. Table cells are raw strings; the renderer escapes them.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
@@ -29,6 +30,9 @@ class Table:
     headers: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     align: tuple[str, ...]
+    #: The cells are markdown already, escaped where they hold data (a link
+    #: to a Deploy block); the renderer escapes only the headers.
+    markdown: bool = False
 
 
 def _ranges(lines: list[int]) -> str:
@@ -183,6 +187,17 @@ def _latency_table(vs: list[views.CellView], rules: Rules, spec: set[str], label
     return Table(("C", "config", "tok/s", "tok/s per user", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
                   "accept length", "Pareto", "points"), tuple(rows),
                  ("right", "left", "right", "right", "right", "right", "right", "left", "left"))
+
+
+def _campaign_latency(tables: list[tuple[str, Table | None]]) -> Table | None:
+    """A campaign's latency tables in one (each workload's Pareto front its
+    own), with a workload column where more than one workload has one."""
+    found = [(w, t) for w, t in tables if t is not None]
+    if len(found) < 2:
+        return found[0][1] if found else None
+    first = found[0][1]
+    rows = tuple((w,) + row for w, t in found for row in t.rows)
+    return Table(("workload",) + first.headers, rows, ("left",) + first.align)
 
 
 def _chart(campaign: str, workload: str, mine: list[Cell], rules: Rules) -> dict[str, Any] | None:
@@ -422,6 +437,116 @@ def _deploy_block(d: deploy.Deployment) -> dict[str, Any]:
             "notes": list(d.notes), "engines": engines}
 
 
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _deploy_line(d: deploy.Deployment) -> str:
+    """A Deploy block in a few words: each engine's status, engines of one
+    status named together (``SGLang and vLLM: deploy``)."""
+    by: dict[str, list[str]] = {}
+    for e in d.engines:
+        by.setdefault(e.status, []).append(ENGINE_NAMES[e.engine])
+    return "; ".join(f"{' and '.join(names)}: {status}" for status, names in by.items()) or d.policy
+
+
+def _share_deploy_blocks(blocks: Sequence[tuple[str, dict[str, Any]]]) -> None:
+    """Each Deploy block, (workload, block) in document order, gets an anchor
+    of its own; a block identical to an earlier one is shown once: the later
+    ones get ``same_as``, the anchor and the workload of the first."""
+    first: dict[str, dict[str, str]] = {}
+    taken: set[str] = set()
+    for workload, b in blocks:
+        key = json.dumps(b, sort_keys=True)
+        anchor = stem = "deploy-" + _slug(f"{b['config']} {workload}")
+        n = 1
+        while anchor in taken:
+            n += 1
+            anchor = f"{stem}-{n}"
+        taken.add(anchor)
+        b["anchor"] = anchor
+        b["same_as"] = first.get(key)
+        first.setdefault(key, {"anchor": anchor, "workload": workload})
+
+
+def _latest_change(entry: Entry | None, workload: str, config: str, measured: bool) -> str:
+    """What the latest campaign's history entry says of this candidate."""
+    if entry is None:
+        return "—"
+    for ch in entry.changes:
+        if ch.workload != workload:
+            continue
+        if ch.subject == f"policy of {config}":
+            return f"new: {ch.after}" if ch.before is None else f"policy {ch.before} → {ch.after}"
+        if ch.subject == f"verdicts of {config}":
+            n = len(ch.evidence)
+            return f"{n} {'verdict' if n == 1 else 'verdicts'} changed, policy held"
+    return "no change" if measured else "not measured"
+
+
+def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
+             lines: Mapping[tuple[str, str], str]) -> dict[str, Any]:
+    """The first screen: one row per workload and candidate, read from the
+    conclusions and the Deploy blocks (never derived again), and what the
+    latest campaign changed (its history entry)."""
+    entry = derived.history[-1] if derived.history else None
+    latest = entry.campaign.name if entry else None
+    measured = {analysis_workload(p.workload, p.simulated) for p in derived.data.points if p.campaign == latest}
+    rows: list[dict[str, Any]] = []
+
+    def deploy_of(workload: str, config: str) -> tuple[str, str | None]:
+        b = blocks.get((workload, config))
+        if b is None:
+            return "—", None
+        return lines[(workload, config)], (b["same_as"] or b)["anchor"]
+
+    for wc in derived.concluded.conclusions.workloads:
+        if not wc.candidates:
+            rows.append({"workload": wc.workload, "candidate": "—", "policy": "no candidate compared",
+                         "threshold": "—", "crossover": "—", "deploy": "—", "anchor": None, "marked": False,
+                         "latest": "no change" if wc.workload in measured else "not measured"})
+        for cand in wc.candidates:
+            text, anchor = deploy_of(wc.workload, cand.config)
+            marked = any(derived.caveats_of(comp) for comp in cand.comparisons)
+            rows.append({"workload": wc.workload, "candidate": cand.config,
+                         "policy": cand.policy + (f" {caveats.MARK}" if marked else ""), "marked": marked,
+                         "threshold": f"C={cand.threshold}" if cand.threshold is not None else "—",
+                         "crossover": prose.crossover_short(cand), "deploy": text, "anchor": anchor,
+                         "latest": _latest_change(entry, wc.workload, cand.config, wc.workload in measured)})
+    for oc in derived.open_loop:
+        if not oc.candidates:
+            rows.append({"workload": oc.workload, "candidate": "—", "policy": "no candidate compared (open loop)",
+                         "threshold": "—", "crossover": "—", "deploy": "—", "anchor": None, "marked": False,
+                         "latest": "—"})
+        for rc in oc.candidates:
+            text, anchor = deploy_of(oc.workload, rc.config)
+            where = "—" if rc.threshold_rate is None else f"{rc.threshold_rate:g} req/s" + (
+                f" (running batch {max(1, round(rc.threshold_batch))})" if rc.threshold_batch is not None else "")
+            rows.append({"workload": oc.workload, "candidate": rc.config, "policy": f"{rc.policy} (by rate)",
+                         "threshold": where, "crossover": "—", "deploy": text, "anchor": anchor, "marked": False,
+                         "latest": "—"})
+    headers = ("Workload", "Candidate", "Policy", "Threshold", "Crossover", "Deploy", "Latest campaign")
+
+    def table(linked: bool) -> Table:
+        out = []
+        for r in rows:
+            deploy_cell = fmt.text(r["deploy"])
+            if linked and r["anchor"]:
+                deploy_cell = f"[{deploy_cell}](#{r['anchor']})"
+            cand = fmt.code(r["candidate"]) if r["candidate"] != "—" else "—"
+            out.append((fmt.text(r["workload"]), cand, fmt.text(r["policy"]), fmt.text(r["threshold"]),
+                        fmt.text(r["crossover"]), deploy_cell, fmt.text(r["latest"])))
+        return Table(headers, tuple(out), ("left",) * len(headers), markdown=True)
+
+    changed = None
+    if entry is not None:
+        n = len(entry.changes)
+        changed = {"campaign": latest, "when": entry.campaign.when, "changes": n,
+                   "workloads": sorted({c.workload for c in entry.changes})}
+    return {"rows": rows, "table": table(linked=True), "plain": table(linked=False), "latest": changed,
+            "marked": any(r["marked"] for r in rows)}
+
+
 def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool,
               n_of: Mapping[str, Counts]) -> Table:
     runs = {r.run_id: r for r in data.runs}
@@ -442,7 +567,7 @@ def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, 
 
 def build(derived: Derived, decided: Decided, title: str, store_label: str,
           slo: views.Slo = views.Slo(), detail: int = 0, amendments: Sequence[str] = (),
-          cli: str | None = None) -> dict[str, Any]:
+          cli: str | None = None, edited: Sequence[str] = ()) -> dict[str, Any]:
     """The document's content, from the one derivation (findings/derive/derived.py)
     and what is decided from it (findings/decide/). ``detail``: how many of the
     latest campaigns get a section of their own (0: all); lists that grow with
@@ -450,7 +575,9 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     cross-checks, the appendix) stop at the same number, so the document stays
     readable, and quick to render, however long the store's history. ``cli``:
     ``findings`` with the options that run the document's commands from the
-    repository root (default: ``findings --store STORE``)."""
+    repository root (default: ``findings --store STORE``). ``edited``: the
+    run files (``runs/NAME.json``) edited by hand since findings wrote them,
+    which the banner flags in one line (D94)."""
     data, rules = derived.data, derived.rules
     cli = cli or f"findings --store {shlex.quote(store_label)}"
     shown = data.campaigns[-detail:] if detail else data.campaigns
@@ -479,7 +606,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         valid_at.setdefault((cell.campaign, cell.workload), []).append(cell)
         valid_of.setdefault(cell.workload, []).append(cell)
     bad_points = [p for p in labels.points if p.id in flags]
-    workloads = []
+    workloads: list[dict[str, Any]] = []
     for wc in conclusions.workloads:
         latest = _latest_views(valid_of.get(wc.workload, []), points)
         bad = [p for p in bad_points if analysis_workload(p.workload, p.simulated) == wc.workload]
@@ -522,6 +649,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         mine_by_workload = by_campaign.get(c.name, {})
         pts = [p for wpts in mine_by_workload.values() for p in wpts]
         sections = []
+        latency: list[tuple[str, Table | None]] = []
         for w in sorted(mine_by_workload):
             wpts = mine_by_workload[w]
             notes = sorted({f"{p.config} at C={p.concurrency}: {p.note}" for p in wpts if p.note})
@@ -539,12 +667,13 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
                 "flagged": [f"{labels.label(p.id)} ({p.config}, C={p.concurrency}): {'; '.join(flags[p.id])}"
                             for p in sorted(wpts, key=lambda p: labels.of[p.id]) if p.id in flags],
                 "chart": _chart(c.name, w, mine, rules),
-                "latency": _latency_table(views.cell_views(mine, points), rules, spec, labels),
                 "categories": _category_table(wpts, marks.spec),
             })
+            latency.append((w, _latency_table(views.cell_views(mine, points), rules, spec, labels)))
         campaigns.append({
             "name": c.name,
             "when": c.when,
+            "latency": _campaign_latency(latency),
             "simulated": any(p.simulated for p in pts),
             "workloads": sections,
             "sources": _sources(pts, data),
@@ -568,6 +697,20 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
                             "points": sum(len(p) for c in hidden for p in by_campaign.get(c.name, {}).values())}
     appendix = _appendix(labels, flags, data, only_cited=bool(hidden), n_of=derived.counts)
     moves_shown = [m for m in found if m.campaign in shown_names]
+    open_sections = [
+        {**section, "deploy": [_deploy_block(d) for d in deployments if d.workload == section["key"]],
+         "rate_table": Table(**section["rate_table"]) if section["rate_table"] else None,
+         "verdict_table": Table(**section["verdict_table"]) if section["verdict_table"] else None,
+         "replay_table": Table(**section["replay_table"]) if section["replay_table"] else None,
+         "left_out": [f"{labels.label(p.id)} ({p.config}, {_load_of(p)}, campaign {p.campaign}): "
+                      f"{'; '.join(flags[p.id])}" for p in bad_points
+                      if analysis_workload(p.workload, p.simulated) == section["key"]]}
+        for section in load_present.sections(open_loop)]
+    # Deploy blocks in document order: identical ones are shown once (the first).
+    in_order = [(w["name"], b) for w in workloads for b in w["deploy"]] + \
+        [(o["key"], b) for o in open_sections for b in o["deploy"]]
+    _share_deploy_blocks(in_order)
+    blocks = {(w, b["config"]): b for w, b in in_order}
     n_unknown = len(derived.failures_unknown)
     return {
         "title": title,
@@ -592,20 +735,14 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         "drift_cap": fmt.band(rules.drift_cap),
         "suspect_ratio": f"{regressions.SUSPECT_RATIO:g}",
         "amendments": list(amendments),
+        "edited": _edited_line(edited),
         "interval": rules.interval,
         "gates": {"failed": f"{rules.gates.max_failed_fraction:.0%}", "lag": f"{rules.gates.max_client_lag_ms:g} ms",
                   "cpu": f"{rules.gates.max_client_cpu:.0%}"},
         "slo": slo.describe() if slo.set else None,
         "workloads": workloads,
-        "open_loop": [
-            {**section, "deploy": [_deploy_block(d) for d in deployments if d.workload == section["key"]],
-             "rate_table": Table(**section["rate_table"]) if section["rate_table"] else None,
-             "verdict_table": Table(**section["verdict_table"]) if section["verdict_table"] else None,
-             "replay_table": Table(**section["replay_table"]) if section["replay_table"] else None,
-             "left_out": [f"{labels.label(p.id)} ({p.config}, {_load_of(p)}, campaign {p.campaign}): "
-                          f"{'; '.join(flags[p.id])}" for p in bad_points
-                          if analysis_workload(p.workload, p.simulated) == section["key"]]}
-            for section in load_present.sections(open_loop)],
+        "open_loop": open_sections,
+        "summary": _summary(derived, blocks, {(d.workload, d.config): _deploy_line(d) for d in deployments}),
         "by_category": by_category,
         "category_tables": category_tables,
         "history": history,
@@ -620,6 +757,18 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         "regressions": _regressions(moves_shown, len(found) - len(moves_shown), cli),
         "questions": _questions(data, decided.questions, cli),
     }
+
+
+def _edited_line(edited: Sequence[str]) -> str | None:
+    """The banner's flag for run files edited by hand, or None (no line)."""
+    if not edited:
+        return None
+    n = len(edited)
+    names = ", ".join(fmt.code(e) for e in edited[:3]) + (f" and {n - 3} more" if n > 3 else "")
+    files = "1 run file" if n == 1 else f"{n} run files"
+    return (f"**Warning: the store was edited by hand.** {files} ({names}) no longer "
+            f"match{'es' if n == 1 else ''} what findings wrote; `findings store check` says what changed "
+            f"and how to repair it.")
 
 
 def versus_best(derived: Derived, workload: str, config: str, others: list[str]) -> Table:

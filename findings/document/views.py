@@ -151,10 +151,8 @@ def mermaid_xychart(title: str, xs: Sequence[int], series: Sequence[tuple[str, S
     lines = [
         "```mermaid",
         "---",
-        "config:",
-        "  themeVariables:",
-        "    xyChart:",
-        f'      plotColorPalette: "{palette}"',
+        # YAML front matter in flow style: one line, the same mapping.
+        f'config: {{themeVariables: {{xyChart: {{plotColorPalette: "{palette}"}}}}}}',
         "---",
         "xychart-beta",
         f'    title "{mermaid_safe(title)}"',

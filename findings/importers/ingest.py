@@ -39,10 +39,13 @@ class Checks:
     baseline: str | None = None
     #: Store a workload name under a new definition (the workload really changed).
     allow_workload_change: bool = False
+    #: Make the store if it is not one yet (``--create``); else such a path is refused.
+    create: bool = False
 
 
 def _store(run: Run, store_dir: Path, checks: Checks) -> Ingested:
-    path = store.add_run(store_dir, run, baseline=checks.baseline, allow_workload_change=checks.allow_workload_change)
+    path = store.add_run(store_dir, run, baseline=checks.baseline, allow_workload_change=checks.allow_workload_change,
+                         create=checks.create)
     return Ingested(run.run_id, path, len(run.points), tuple(c.name for c in run.campaigns))
 
 
@@ -187,7 +190,8 @@ def ingest_recovery(store_dir: Path, file: str, checks: Checks = Checks()) -> Re
     have = {r.run_id for r in store.load_runs(store_dir)}
     new = [r for r in runs if r.run_id not in have]
     if new:
-        store.add_runs(store_dir, new, baseline=checks.baseline, allow_workload_change=checks.allow_workload_change)
+        store.add_runs(store_dir, new, baseline=checks.baseline, allow_workload_change=checks.allow_workload_change,
+                       create=checks.create)
     return Recovered(stored=tuple(r.run_id for r in new), already=tuple(r.run_id for r in runs if r.run_id in have),
                      points=sum(len(r.points) for r in new),
                      campaigns=tuple(sorted({c.name for r in new for c in r.campaigns})))

@@ -30,7 +30,7 @@ from findings.store import identity
 from findings.core.errors import DuplicateError, LabelError, NotAStoreError, StoreError
 from findings.core.model import Campaign, Dataset, Point, Run, Scalar, Sidecar
 from findings.store import index as storeindex
-from findings.store.schema import SCHEMA_VERSION, SIDECAR_KIND, SIDECAR_SUFFIX, run_from_dict, run_to_dict
+from findings.store.schema import SEAL_KEY, SIDECAR_KIND, SIDECAR_SUFFIX, run_from_dict, run_to_dict, seal
 
 # Re-exported: reading run files lives in findings/store/files.py (the index reads them too).
 from findings.store.files import FREEZE_AFTER as FREEZE_AFTER
@@ -87,8 +87,9 @@ def merge(runs: list[Run]) -> Dataset:
 
 def require(store: Path) -> None:
     """Raise NotAStoreError unless ``store`` is a findings store (a folder
-    holding ``runs/``). Every reader asks; writers create the folder. An
-    existing store with no runs yet is a store, and reads as no points."""
+    holding ``runs/``). Every reader asks; writers refuse such a path too,
+    unless asked to create the store (``locked``, ``create``). An existing
+    store with no runs yet is a store, and reads as no points."""
     if store.is_dir() and (store / RUNS).is_dir():
         return
     if not store.exists():
@@ -106,43 +107,109 @@ def load(store: Path) -> Dataset:
     return merge(load_runs(store))
 
 
+#: The one file of an empty store's runs/ folder, so that git keeps the folder.
+KEEP = ".gitkeep"
+
+
+def is_store(store: Path) -> bool:
+    return store.is_dir() and (store / RUNS).is_dir()
+
+
+#: What an existing folder may hold and still take ``create``: findings' own
+#: files of a store whose empty ``runs/`` git did not keep.
+_STORE_LEFTOVERS = frozenset({".gitignore", ".lock", "amendments", storeindex.NAME, f"{storeindex.NAME}-journal",
+                              f"{storeindex.NAME}-wal"})
+
+
+def _write_refusal(store: Path, create: bool, outcome: str) -> NotAStoreError | None:
+    """Why a writer must not write to ``store`` (not a store, and ``create``
+    not asked, or asked where no store may be made), or None."""
+    if is_store(store):
+        return None
+    if store.exists() and not store.is_dir():
+        return NotAStoreError(f"{store}: not a folder, so not a findings store; check --store, $FINDINGS_STORE "
+                              f"or findings.toml; {outcome}")
+    if not store.exists():
+        return None if create else NotAStoreError(
+            f"{store}: no such store (create it with --create, or findings init); {outcome}")
+    try:
+        held = {e.name for e in os.scandir(store)}
+    except OSError as exc:
+        return NotAStoreError(f"{store}: cannot read the folder: {diskio.cause(exc)}; {outcome}")
+    if not held:
+        return None if create else NotAStoreError(
+            f"{store}: an empty folder, not a findings store (create the store there with --create, "
+            f"or findings init); {outcome}")
+    if create and held <= _STORE_LEFTOVERS:
+        return None
+    return NotAStoreError(f"{store}: not a findings store (it holds files but no runs/ folder); check --store, "
+                          f"$FINDINGS_STORE or findings.toml (--create makes a store only in a new or empty "
+                          f"folder); {outcome}")
+
+
+def create(store: Path) -> Path:
+    """Make an empty, valid findings store at ``store`` and return it
+    (``findings init``, and the writers' ``--create``): the folder and
+    ``runs/`` (holding ``.gitkeep``, so that git keeps it while it has no
+    runs), the store's ``.gitignore``, ``.lock`` and an empty write index, as
+    a first write makes them. A store already there is left as it is. A path
+    that is not a folder, or a folder that holds other files and no
+    ``runs/``, is refused (NotAStoreError): a store is made only in a new or
+    empty folder."""
+    return _create(store, "nothing was created")
+
+
+def _create(store: Path, outcome: str) -> Path:
+    if is_store(store):
+        return store
+    refusal = _write_refusal(store, True, outcome)
+    if refusal is not None:
+        raise refusal
+    try:
+        diskio.make_dirs(store / RUNS)
+        with contextlib.suppress(FileExistsError):
+            diskio.write_new(store / RUNS / KEEP, b"")
+    except diskio.DiskError as exc:
+        raise exc.with_outcome("the store was not created") from None
+    with locked(store):
+        with contextlib.suppress(sqlite3.Error, OSError, StoreError):
+            with storeindex.open_for_write(store):
+                pass  # an empty index (and the store's .gitignore)
+    return store
+
+
 @contextlib.contextmanager
-def locked(store: Path) -> Iterator[None]:
+def locked(store: Path, create: bool = False) -> Iterator[None]:
     """The store's write lock. Only writers take it: readers never create
-    ``.lock`` or ``runs/``, so a read-only store reads."""
+    ``.lock`` or ``runs/``, so a read-only store reads. A path that is not a
+    store is refused (NotAStoreError), unless ``create`` asks to make it one
+    (``create``): a mistyped --store never becomes a new store."""
+    if create:
+        _create(store, "nothing was written")
+    else:
+        refusal = _write_refusal(store, False, "nothing was written")
+        if refusal is not None:
+            raise refusal
     with contextlib.ExitStack() as stack:
         try:
-            diskio.make_dirs(store / RUNS)
             stack.enter_context(diskio.exclusive_lock(store / ".lock"))
         except diskio.DiskError as exc:
             raise exc.with_outcome("nothing was written; the store is unchanged") from None
         yield
 
 
-#: The one file of an empty store's runs/ folder, so that git keeps the folder.
-KEEP = ".gitkeep"
-
-
-def create(store: Path) -> Path:
-    """An empty store at ``store`` (``findings init``): the folder and its
-    ``runs/``, with a ``.gitkeep`` so that a commit keeps the empty folder.
-    An existing store is left as it is."""
-    if (store / RUNS).is_dir():
-        return store
-    if store.exists() and (not store.is_dir() or any(store.iterdir())):
-        raise StoreError(f"{store}: exists and is not an empty folder; not made into a store")
-    diskio.make_dirs(store / RUNS)
-    diskio.write_new(store / RUNS / KEEP, b"")
-    return store
-
-
-def writable(store: Path) -> None:
+def writable(store: Path, create: bool = False) -> None:
     """Raise DiskError now if the store cannot take a write (a read-only mount,
-    no permission): before a benchmark measures anything. A store that does
-    not exist yet is not created here: its nearest existing folder is asked."""
-    if (store / RUNS).is_dir():
+    no permission), and NotAStoreError if it is not a store and ``create``
+    does not ask to make it one: before a benchmark measures anything. A
+    store that does not exist yet is not created here: its nearest existing
+    folder is asked."""
+    if is_store(store):
         with locked(store):
             return
+    not_store = _write_refusal(store, create, "nothing was measured")
+    if not_store is not None:
+        raise not_store
     folder = store
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -243,14 +310,17 @@ def known_line_hashes(store: Path) -> frozenset[str]:
     return frozenset(h for run in load_runs(store, requests=False) for h in run.line_hashes)
 
 
-def add_run(store: Path, run: Run, *, baseline: str | None = None, allow_workload_change: bool = False) -> Path:
+def add_run(store: Path, run: Run, *, baseline: str | None = None, allow_workload_change: bool = False,
+            create: bool = False) -> Path:
     """Check and write one run, atomically. Returns the new file's path."""
-    return add_runs(store, [run], baseline=baseline, allow_workload_change=allow_workload_change)[0]
+    return add_runs(store, [run], baseline=baseline, allow_workload_change=allow_workload_change, create=create)[0]
 
 
 def add_runs(store: Path, runs: list[Run], *, baseline: str | None = None,
-             allow_workload_change: bool = False) -> list[Path]:
+             allow_workload_change: bool = False, create: bool = False) -> list[Path]:
     """Check several runs against the store and each other, then write them.
+    ``store`` must be a store, unless ``create`` asks to make it one
+    (``locked``).
 
     One lock for the lot. The store's index (findings/store/index.py) says
     in constant time whether a run could be refused; only then is the whole
@@ -262,7 +332,12 @@ def add_runs(store: Path, runs: list[Run], *, baseline: str | None = None,
     """
     docs = [_storable(run) for run in runs]
     _check_baseline(runs, baseline)
-    with locked(store):
+    if create and not is_store(store):  # a batch refused on its own leaves no new store behind
+        for i, run in enumerate(runs):
+            _check_not_stored(runs[:i], run)
+        _check_labels([], runs, None, allow_workload_change)
+        _check_consistent(runs)
+    with locked(store, create):
         with contextlib.ExitStack() as stack:
             try:
                 index: storeindex.Index | None = stack.enter_context(storeindex.open_for_write(store))
@@ -356,8 +431,10 @@ def _write_sidecar(path: Path, data: bytes) -> None:
 
 
 def encode(doc: Mapping[str, object]) -> bytes:
-    """A run file's bytes."""
-    return (json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+    """A run file's bytes, sealed with their own sha256 (schema.seal; a seal
+    ``doc`` already holds, as a relabelled run's does, is replaced)."""
+    body = {k: v for k, v in doc.items() if k != SEAL_KEY}
+    return seal((json.dumps(body, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode())
 
 
 def _write_new(path: Path, doc: Mapping[str, object]) -> Path:
@@ -377,6 +454,7 @@ def migrate(store: Path) -> tuple[int, int, int, int]:
     migrated ones and the rest. Returns (runs read, runs rewritten, bytes
     before, bytes after) over the rewritten files."""
     read = rewritten = before = after = 0
+    require(store)
     with locked(store):
         for path in sorted((store / RUNS).glob("*.json")):
             if path.name.startswith("."):
@@ -386,11 +464,12 @@ def migrate(store: Path) -> tuple[int, int, int, int]:
             except OSError as exc:
                 raise StoreError(f"{path}: cannot read: {diskio.cause(exc)}") from None
             # Records inline are in the run file itself; a run with a sidecar is
-            # of the current schema already: no sidecar needs reading.
+            # of schema 4 or later already: no sidecar needs reading. A file of
+            # schema 4 is not rewritten only to seal it (D94).
             run = parse_run(raw, str(path), path.stem)
             read += 1
             inline = any(p.requests is not None for p in run.points)
-            if run.sidecar is not None or (not inline and jsonfast.loads(raw).get("schema_version") == SCHEMA_VERSION):
+            if run.sidecar is not None or (not inline and jsonfast.loads(raw).get("schema_version", 0) >= 4):
                 continue
             doc, sidecar = _storable(run)
             data = encode(doc)

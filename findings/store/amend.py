@@ -26,7 +26,7 @@ from findings.store import index as storeindex
 from findings import store as store_mod
 from findings.core.errors import LabelError, StoreError
 from findings.core.model import Run
-from findings.store.schema import run_from_dict, valid_name
+from findings.store.schema import SEAL_KEY, run_from_dict, seal_state, valid_name
 
 FOLDER = "amendments"
 KIND = "findings-amendment"
@@ -179,6 +179,7 @@ def retract_many(store: Path, selector: Selector, why: str) -> list[Amendment]:
     if not why.strip():
         raise StoreError("--why: say why the run is retracted (it is recorded in the store); nothing was changed")
     records: list[Path] = []
+    store_mod.require(store)  # a reader's refusal: an amendment never creates a store
     with store_mod.locked(store):
         paths = select(store, selector)
         runs = [store_mod.read_run(path, requests=False) for path in paths]
@@ -266,6 +267,7 @@ def relabel_many(store: Path, selector: Selector, *, config: str | None = None, 
     if config is None and workload is None and campaign is None:
         raise LabelError("give --config, --workload or --campaign (NEW, or OLD=NEW); nothing was changed")
     batch = len(selector.run_ids) != 1 or bool(selector.labels)
+    store_mod.require(store)  # a reader's refusal: an amendment never creates a store
     with store_mod.locked(store):
         paths = select(store, selector)
         chosen = {p.stem for p in paths}
@@ -273,6 +275,10 @@ def relabel_many(store: Path, selector: Selector, *, config: str | None = None, 
         plans: list[tuple[Path, Run, dict[str, dict[str, str]], dict[str, Any], Run]] = []
         for path in paths:
             raw = path.read_bytes()
+            if seal_state(raw) == "edited":  # a rewrite would seal the hand edit as findings' own (D94)
+                raise LabelError(f"{path}: edited by hand since findings wrote it (it no longer matches its "
+                                 f"{SEAL_KEY}); restore it (git checkout -- {path}) before relabelling; "
+                                 f"nothing was changed")
             run = store_mod.parse_run(raw, str(path), path.stem)
             try:
                 changes = {k: v for k, v in (

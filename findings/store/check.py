@@ -1,9 +1,10 @@
 """`findings store check`: what is wrong with a store, and how to repair it.
 
-Read-only. Checks every file on its own (JSON, schema, version, name), then
-the store as a whole (duplicates, contradicting campaigns, campaigns mixing
-simulated and real points, points without config facts), and notes input
-files that changed since they were ingested.
+Read-only. Checks every file on its own (JSON, schema, version, name, and
+its bytes against the content hash findings sealed it with: an edit by
+hand), then the store as a whole (duplicates, contradicting campaigns,
+campaigns mixing simulated and real points, points without config facts),
+and notes input files that changed since they were ingested.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from findings.store import index as storeindex
 from findings.store import amend, identity
 from findings.core.errors import StoreError
 from findings.core.model import Run
-from findings.store.schema import SIDECAR_SUFFIX, run_from_dict
+from findings.store.schema import SEAL_KEY, SIDECAR_SUFFIX, run_from_dict, seal_state
 from findings.store import KEEP as store_lib_keep
 from findings.store import RUNS, merge, read_sidecar, require
 
@@ -42,7 +43,7 @@ def check(store: Path) -> tuple[list[Finding], int]:
     files = sorted(folder.iterdir())
     sidecars = {p.name for p in files if p.name.endswith(SIDECAR_SUFFIX) and not p.name.startswith(".")}
     named: set[str] = set()
-    inline = 0
+    inline = unsealed = 0
     for path in files:
         if path.name in sidecars:
             continue
@@ -56,7 +57,8 @@ def check(store: Path) -> tuple[list[Finding], int]:
             out.append(Finding("warning", str(path), "not a run file", "move it out of runs/"))
             continue
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            raw = path.read_bytes()
+            doc = json.loads(raw.decode("utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             out.append(Finding("error", str(path), f"unreadable or not valid JSON ({exc})",
                                f"restore it from git (git checkout -- {path}) or delete it and re-ingest its source"))
@@ -73,6 +75,14 @@ def check(store: Path) -> tuple[list[Finding], int]:
             out.append(Finding("error", str(path), f"file name does not match run_id {run.run_id!r}",
                                f"rename it to {run.run_id}.json"))
             continue
+        state = seal_state(raw)
+        if state == "edited":
+            out.append(Finding("error", str(path), f"edited by hand since findings wrote it: {_what_edited(doc)}",
+                               f"see the edit with `git diff -- {path}` and restore the file with `git checkout -- "
+                               f"{path}`; to change its labels, `findings store relabel {run.run_id}`, to remove "
+                               f"it, `findings store retract {run.run_id}`"))
+        elif state == "unsealed":
+            unsealed += 1
         if run.sidecar is not None:
             named.add(run.sidecar.file)
             try:
@@ -89,6 +99,10 @@ def check(store: Path) -> tuple[list[Finding], int]:
         out.append(Finding("warning", str(folder / name),
                            "per-request records that no run file names (a writer killed before its run file, "
                            "or a file from elsewhere; readers ignore it)", "delete it"))
+    if unsealed:
+        out.append(Finding("note", str(folder), f"{unsealed} run files were written before findings sealed run "
+                           f"files with their content hash (schema 4 or older): an edit of them cannot be seen",
+                           "none needed; every file findings writes from now on is verified"))
     if inline:
         out.append(Finding("note", str(folder), f"{inline} run files keep their per-request records inline "
                            "(schema 3 or older: they read as before)",
@@ -96,6 +110,45 @@ def check(store: Path) -> tuple[list[Finding], int]:
     out.extend(_whole(runs))
     out.extend(_amendments(store, {r.run_id: r.created_at for r in runs}))
     return out, len(runs)
+
+
+def _what_edited(doc: dict[str, object]) -> str:
+    """Which part of a run file changed, as far as the file itself tells:
+    its data, only its layout (the same JSON, laid out otherwise), or its
+    seal (removed)."""
+    recorded = doc.get(SEAL_KEY)
+    if not isinstance(recorded, str):
+        return f"its {SEAL_KEY} (the hash findings recorded of it) was removed"
+    body = {k: v for k, v in doc.items() if k != SEAL_KEY}
+    try:
+        same = hashlib.sha256((json.dumps(body, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode())
+    except ValueError:
+        same = None
+    if same is not None and same.hexdigest() == recorded:
+        return "only its layout changed (the same JSON as written, laid out otherwise), not its data"
+    return f"its data no longer matches the {SEAL_KEY} recorded in it"
+
+
+def edited(store: Path) -> list[Path]:
+    """The run files of ``store`` edited since findings wrote them (their
+    bytes do not match their seal), in name order: one read and one sha256
+    per file, no JSON parse. Files written before seals (schema 4 or
+    older) cannot be told and are not listed. A store that is not one, or
+    has no runs/, has none. (The document takes the same answer from the
+    render cache, which hashes only the files whose stat changed.)"""
+    folder = store / RUNS
+    out: list[Path] = []
+    if not folder.is_dir():
+        return out
+    for path in sorted(folder.glob("*.json")):
+        if path.name.startswith("."):
+            continue
+        try:
+            if seal_state(path.read_bytes()) == "edited":
+                out.append(path)
+        except OSError:
+            continue  # unreadable: the readers and `store check` say so
+    return out
 
 
 def _amendments(store: Path, stored: dict[str, str]) -> list[Finding]:

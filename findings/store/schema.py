@@ -7,6 +7,7 @@ is documented in docs/store.md; change both together.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from typing import Any, Callable, Mapping
@@ -24,7 +25,10 @@ from findings.core.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run
 #:   4: ``requests``: the per-request records of the points move to a
 #:      sidecar file next to the run file (``<run_id>.requests.json.gz``),
 #:      hashed from the run file; inline records still read.
-SCHEMA_VERSION = 4
+#:   5: ``content_sha256``: the sha256 of the run file as findings wrote it,
+#:      the file's last key (``seal``), so that ``store check``, the
+#:      document and ``findings diff`` see a file edited by hand (D94).
+SCHEMA_VERSION = 5
 KIND = "findings-run"
 #: A run's sidecar of per-request records: ``runs/<run_id>`` + this.
 SIDECAR_SUFFIX = ".requests.json.gz"
@@ -68,7 +72,70 @@ def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(doc: dict[str, Any]) -> dict[str, Any]:
+    """Version 4 recorded no hash of the run file itself: it reads as
+    before, and cannot be verified (``seal_state``: "unsealed")."""
+    out = dict(doc)
+    out["schema_version"] = 5
+    return out
+
+
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4,
+                                                                      4: _v4_to_v5}
+
+#: The run file's own content hash (schema 5): its last key, on its own line.
+SEAL_KEY = "content_sha256"
+_SEAL = re.compile(rb',\n "' + SEAL_KEY.encode() + rb'": "([0-9a-f]{64})"\n\}\n')
+_SEAL_ANYWHERE = re.compile(rb'"' + SEAL_KEY.encode() + rb'"\s*:')
+_SEAL_LEN = len(b',\n "' + SEAL_KEY.encode() + b'": ""\n}\n') + 64
+
+
+def seal(body: bytes) -> bytes:
+    """A run file's bytes as written: ``body`` (``json.dumps(doc, indent=1)``
+    and a newline, without the seal key) with the sha256 of ``body`` added as
+    its last key. The hash covers every byte but its own line, so any edit
+    shows, and verifying it needs no JSON parse (``seal_state``)."""
+    if not body.endswith(b"\n}\n"):
+        raise ValueError("not a run file's JSON text")
+    digest = hashlib.sha256(body).hexdigest().encode()
+    return body[:-3] + b',\n "' + SEAL_KEY.encode() + b'": "' + digest + b'"\n}\n'
+
+
+def seal_state(raw: bytes) -> str:
+    """What a run file's bytes say of themselves: "sealed" (as findings wrote
+    them), "edited" (the recorded hash no longer matches, or the file is of
+    schema 5 or later and lost its seal, or the seal was moved), or
+    "unsealed" (written before findings recorded the hash: schema 4 or
+    older; it cannot be verified). Costs one sha256 of the file."""
+    cut = len(raw) - _SEAL_LEN
+    m = _SEAL.fullmatch(raw, cut) if cut > 0 else None
+    if m is not None:
+        h = hashlib.sha256(memoryview(raw)[:cut])
+        h.update(b"\n}\n")
+        return "sealed" if h.hexdigest().encode() == m.group(1) else "edited"
+    return _unsealed(raw)
+
+
+def hash_and_seal(raw: bytes) -> tuple[str, str]:
+    """The sha256 of ``raw`` (hex) and its ``seal_state``, in one pass over
+    the bytes (the render cache hashes each new file anyway)."""
+    cut = len(raw) - _SEAL_LEN
+    m = _SEAL.fullmatch(raw, cut) if cut > 0 else None
+    if m is None:
+        return hashlib.sha256(raw).hexdigest(), _unsealed(raw)
+    h = hashlib.sha256(memoryview(raw)[:cut])
+    full = h.copy()
+    full.update(memoryview(raw)[cut:])
+    h.update(b"\n}\n")
+    return full.hexdigest(), "sealed" if h.hexdigest().encode() == m.group(1) else "edited"
+
+
+def _unsealed(raw: bytes) -> str:
+    """The state of a file whose last line is no seal: "edited" when it should have one."""
+    if _SEAL_ANYWHERE.search(raw):  # a seal, but not where findings writes it: laid out again
+        return "edited"
+    version = re.search(rb'"schema_version"\s*:\s*([0-9]+)', raw[:4096])
+    return "edited" if version is not None and int(version.group(1)) >= 5 else "unsealed"
 
 
 def finite(v: int | float) -> bool:

@@ -104,7 +104,8 @@ def sweep(engine: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, 
     matrix.write_text(MATRIX, encoding="utf-8")
     store = tmp / "store"
     r = subprocess.run([sys.executable, "-m", "findings", "--settings", "benchmarks/llamacpp.findings.toml",
-                        "--store", str(store), "bench", str(matrix), "--no-progress", "--log-dir", str(tmp / "logs")],
+                        "--store", str(store), "bench", str(matrix), "--no-progress", "--log-dir", str(tmp / "logs"),
+                        "--create"],
                        cwd=ROOT, text=True, capture_output=True, timeout=1800)
     print(r.stdout, r.stderr)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -145,7 +145,8 @@ def sweep(sglang_py: str, tmp_path_factory: pytest.TempPathFactory) -> Points:
     matrix.write_text(MATRIX, encoding="utf-8")
     store = tmp / "store"
     r = subprocess.run([sys.executable, "-m", "findings", "--settings", "benchmarks/sglang.findings.toml",
-                        "--store", str(store), "bench", str(matrix), "--no-progress", "--log-dir", str(tmp / "logs")],
+                        "--store", str(store), "bench", str(matrix), "--no-progress", "--log-dir", str(tmp / "logs"),
+                        "--create"],
                        cwd=ROOT, text=True, capture_output=True, timeout=3600)
     print(r.stdout, r.stderr)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -301,7 +302,8 @@ def test_a_server_killed_mid_point_ends_the_sweep_in_one_line(server: Server, tm
     store = tmp_path / "store"
     cmd = [sys.executable, "-m", "findings", "--settings", "benchmarks/sglang.findings.toml", "--store", str(store),
            "bench", "--url", server.url, "--config", "live", "--campaign", "killed", "--workload", "long", "--prompts", "diverse",
-           "--input-len", "32", "--output-len", "512", "--num-prompts", "32", "--concurrency", "2", "--no-progress"]
+           "--input-len", "32", "--output-len", "512", "--num-prompts", "32", "--concurrency", "2", "--no-progress",
+           "--create"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(12)  # the warm-up is over and the point is running
     server.kill()
@@ -346,7 +348,7 @@ def test_sglang_bench_serving_beside_findings_bench(sglang_py: str, tmp_path: Pa
                  str(store), "bench", "--url", s.url, "--config", "eagle3", "--campaign", f"beside-c{c}-{i}",
                  "--workload", "ids", "--prompts", "random-ids", "--input-len", "32", "--output-len",
                  str(OUTPUT_LEN), "--num-prompts", str(PROMPTS), "--concurrency", str(c), "--seed", str(i),
-                 "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                 "--no-progress", "--create"], cwd=ROOT, capture_output=True, text=True, timeout=900)
             assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
             return dict(run_docs(store)[-1]["points"][0]["metrics"])
 

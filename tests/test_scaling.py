@@ -360,9 +360,9 @@ def test_a_capped_document_renders_with_its_notes(tmp_path, project):
     r = cli("--settings", str(settings), "render", "--output", str(out), store=s)
     assert r.exit_code == 0, r.output
     text = out.read_text()
-    assert "Only the latest 2 campaigns have a section. The\n3 earlier ones" in text
+    assert "Only the latest 2 campaigns have a section. The 3 earlier ones" in text
     assert text.count("\n### `night-0") == 2
-    assert "Only the points this\ndocument cites are listed" in text
+    assert "Only the points this document cites are listed" in text
 
 
 # ---------------------------------------------------------------- the benchmark script

@@ -83,6 +83,36 @@ def _notes(folder: Path) -> Callable[[], list[dict[str, str]]]:
     return notes
 
 
+#: A line that starts a block of its own in markdown, never a paragraph's continuation.
+_BLOCK_START = re.compile(r"(?:[-*+] |\d+[.)] |[|#<>]|```|~~~|$)")
+
+
+def paragraphs(text: str) -> str:
+    """One line per paragraph and per list item: the soft line breaks of
+    ``text`` (a template's hard-wrapped prose) joined with a space, which
+    markdown renders the same (D97). A list item's indented continuation
+    joins its item; a quote's continuation its quote; tables, headings,
+    HTML and fences are left as they are."""
+    out: list[str] = []
+    fenced = False
+    for line in text.split("\n"):
+        s = line.strip()
+        prev = out[-1].lstrip() if out else ""
+        if s.startswith(("```", "~~~")):
+            fenced = not fenced
+        elif fenced:
+            pass
+        elif s and prev and not prev.startswith(("|", "<", "```", "~~~", "#")):
+            if prev.startswith(">") and s.startswith(">"):
+                out[-1] = out[-1].rstrip() + " " + s[1:].strip()
+                continue
+            if not prev.startswith(">") and not _BLOCK_START.match(s):
+                out[-1] = out[-1].rstrip() + " " + s
+                continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def loader(templates: Path) -> jinja2.BaseLoader:
     """The search path, first match wins: the repository's own templates
     folder (where it exists), then the packaged base templates; and
@@ -109,6 +139,7 @@ def environment(templates: Path) -> jinja2.Environment:
     env.filters["code"] = fmt.code
     env.filters["literal"] = fmt.literal
     env.filters["table"] = markdown_table
+    env.filters["para"] = paragraphs
     env.globals["notes"] = _notes(templates)
     return env
 

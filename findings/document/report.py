@@ -121,83 +121,70 @@ UNKNOWN_FAILURES = "†"
 
 def _campaign_table(rules: Rules, pts: list[Point], mine: list[Cell], comps: list[Comparison],
                     flags: dict[str, tuple[str, ...]], labels: Labels, marks: Marks,
-                    n_of: Mapping[str, Counts]) -> Table:
-    """One campaign's table for one workload: ``pts`` its points, ``mine`` its valid cells."""
+                    n_of: Mapping[str, Counts], vs: list[views.CellView], spec: set[str]) -> Table:
+    """One campaign's table for one workload, a row per config and C it
+    measured: throughput, the verdict against the baseline and, where the
+    points record them, the latency views (TTFT, TPOT, tokens/s per user,
+    accept length, the Pareto front of the workload), with the points.
+    ``pts``: its points, ``mine``: its valid cells, ``vs``: their views."""
     configs = sorted({p.config for p in pts}, key=lambda n: (n != rules.baseline, n))
     concs = sorted({p.concurrency for p in pts})
     by = {(c.config, c.concurrency): c for c in mine}
     at: dict[tuple[str, int], list[Point]] = {}
     for p in pts:
         at.setdefault((p.config, p.concurrency), []).append(p)
-    cands = [n for n in configs if n != rules.baseline and any(x.a.config == n for x in comps)]
     by_comp = {(x.a.config, x.concurrency): x for x in comps}
-    headers = (("C",) + tuple(f"{n} tok/s" for n in configs) + tuple(f"{n} vs {rules.baseline}" for n in cands)
-               + ("points",))
+    compared = any(x.a.config != rules.baseline for x in comps)
+    view = {(v.config, v.concurrency): v for v in vs}
+    latency = views.has_latency(vs)
+    front = views.pareto(vs) if latency else set()
+
+    def ms(v: views.CellView | None, key: str) -> str:
+        x = v.get(key) if v is not None else None
+        return "—" if x is None else f"{x:.1f}"
+
     rows = []
     for conc in concs:
-        row = [str(conc)]
-        ids: list[str] = []
         for n in configs:
-            cell = by.get((n, conc))
             here = at.get((n, conc), [])
+            if not here:
+                continue
+            cell = by.get((n, conc))
             bad = [p for p in here if p.id in flags]
             mark = f" ⚠ {len(bad)} flagged" if bad else ""
             if cell is not None and any(n_of[p.id].failures_unknown for p in here if p.id in cell.point_ids):
                 mark = f" {UNKNOWN_FAILURES}{mark}"
-            ids.extend(p.id for p in here)
             if cell is None:
-                failed = here and all(n_of[p.id].all_failed for p in here)
-                row.append(f"{'n/a, all failed' if failed else '—'}{mark}")
+                failed = all(n_of[p.id].all_failed for p in here)
+                tput = f"{'n/a, all failed' if failed else '—'}{mark}"
             elif cell.n > 1:
-                row.append(f"{fmt.tput(cell.mean)} (n={cell.n}, range {cell.spread * 100:.1f}%){mark}")
+                tput = f"{fmt.tput(cell.mean)} (n={cell.n}, range {cell.spread * 100:.1f}%){mark}"
             else:
-                row.append(f"{fmt.tput(cell.mean)}{mark}")
-        for n in cands:
-            comp = by_comp.get((n, conc))
-            row.append(marks.cell(comp) if comp else "—")
-        row.append(labels.cell(tuple(ids)))
-        rows.append(tuple(row))
-    return Table(headers, tuple(rows),
-                 ("right",) + ("right",) * len(configs) + ("left",) * len(cands) + ("left",))
-
-
-def _latency_table(vs: list[views.CellView], rules: Rules, spec: set[str], labels: Labels) -> Table | None:
-    if not views.has_latency(vs):
-        return None
-    front = views.pareto(vs)
-
-    def ms(v: views.CellView, key: str) -> str:
-        x = v.get(key)
-        return "—" if x is None else f"{x:.1f}"
-
-    rows = []
-    for v in sorted(vs, key=lambda v: (v.concurrency, v.config != rules.baseline, v.config)):
-        # Per-request verify counts where the server sends them (SGLang), else
-        # the point's own /metrics window (llama.cpp's spec_decode counters).
-        acc = v.get("accept_length")
-        if acc is None:
-            acc = v.get("accept_length_metrics")
-        rows.append((str(v.concurrency), v.config, fmt.tput(v.throughput),
-                     "—" if v.per_user is None else fmt.tput(v.per_user),
-                     f"{ms(v, 'median_ttft_ms')} / {ms(v, 'p99_ttft_ms')}",
-                     f"{ms(v, 'median_tpot_ms')} / {ms(v, 'p99_tpot_ms')}",
-                     f"{acc:.2f}" if acc is not None else ("—" if v.config in spec else ""),
-                     "yes" if (v.config, v.concurrency) in front else "",
-                     labels.cell(v.point_ids)))
-    return Table(("C", "config", "tok/s", "tok/s per user", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms",
-                  "accept length", "Pareto", "points"), tuple(rows),
-                 ("right", "left", "right", "right", "right", "right", "right", "left", "left"))
-
-
-def _campaign_latency(tables: list[tuple[str, Table | None]]) -> Table | None:
-    """A campaign's latency tables in one (each workload's Pareto front its
-    own), with a workload column where more than one workload has one."""
-    found = [(w, t) for w, t in tables if t is not None]
-    if len(found) < 2:
-        return found[0][1] if found else None
-    first = found[0][1]
-    rows = tuple((w,) + row for w, t in found for row in t.rows)
-    return Table(("workload",) + first.headers, rows, ("left",) + first.align)
+                tput = f"{fmt.tput(cell.mean)}{mark}"
+            row = [str(conc), n, tput]
+            if compared:
+                comp = by_comp.get((n, conc))
+                row.append("" if n == rules.baseline else marks.cell(comp) if comp else "—")
+            if latency:
+                v = view.get((n, conc))
+                # Per-request verify counts where the server sends them (SGLang), else
+                # the point's own /metrics window (llama.cpp's spec_decode counters).
+                acc = v.get("accept_length") if v is not None else None
+                if acc is None and v is not None:
+                    acc = v.get("accept_length_metrics")
+                row += ["—" if v is None or v.per_user is None else fmt.tput(v.per_user),
+                        f"{ms(v, 'median_ttft_ms')} / {ms(v, 'p99_ttft_ms')}",
+                        f"{ms(v, 'median_tpot_ms')} / {ms(v, 'p99_tpot_ms')}",
+                        f"{acc:.2f}" if acc is not None else ("—" if n in spec else ""),
+                        "yes" if (n, conc) in front else ""]
+            row.append(labels.cell(tuple(p.id for p in here)))
+            rows.append(tuple(row))
+    headers = ["C", "config", "tok/s"] + ([f"vs {rules.baseline}"] if compared else [])
+    align = ["right", "left", "right"] + (["left"] if compared else [])
+    if latency:
+        headers += ["tok/s per user", "TTFT p50 / p99 ms", "TPOT p50 / p99 ms", "accept length", "Pareto"]
+        align += ["right", "right", "right", "right", "left"]
+    return Table(tuple(headers + ["points"]), tuple(rows), tuple(align + ["left"]))
 
 
 def _chart(campaign: str, workload: str, mine: list[Cell], rules: Rules) -> dict[str, Any] | None:
@@ -334,18 +321,17 @@ QUIET_FACTS = frozenset({
 
 
 def _configs(data: Dataset, rules: Rules) -> Table:
-    """One row per recorded fact (the config named on its first): narrow rows,
-    however many facts a server reports."""
+    """One row per recorded fact, one column per config (the baseline
+    first): the configs side by side, so what differs between them reads
+    across a row; ``—`` where a config records no such fact."""
     names = sorted({p.config for p in data.points}, key=lambda n: (n != rules.baseline, n))
-    rows = []
-    for n in names:
-        facts = [(k, _scalar(v)) for k, v in sorted(data.configs.get(n, {}).items())
-                 if _scalar(v) != "" and k not in QUIET_FACTS]
-        if not facts:
-            rows.append((n, "(no facts recorded)", ""))
-        for i, (k, v) in enumerate(facts):
-            rows.append((n if i == 0 else "", k, v))
-    return Table(("Config", "Fact", "Value"), tuple(rows), ("left", "left", "left"))
+    facts = {n: {k: _scalar(v) for k, v in data.configs.get(n, {}).items()
+                 if _scalar(v) != "" and k not in QUIET_FACTS} for n in names}
+    keys = sorted({k for f in facts.values() for k in f})
+    if not keys:
+        return Table(("Config", "Fact"), tuple((n, "(no facts recorded)") for n in names), ("left", "left"))
+    rows = tuple((k,) + tuple(facts[n].get(k, "—") for n in names) for k in keys)
+    return Table(("Fact",) + tuple(names), rows, ("left",) * (len(names) + 1))
 
 
 def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], list[str], dict[str, Any] | None]:
@@ -427,6 +413,7 @@ def _deploy_block(d: deploy.Deployment) -> dict[str, Any]:
             "name": ENGINE_NAMES[e.engine], "status": e.status, "reason": e.reason,
             "launch": " \\\n    ".join(lines) if lines else None,
             "file": e.file,
+            "file_sh": shlex.quote(e.file) if e.file else None,
             "json": json.dumps(dict(e.config), separators=(", ", ": ")) if e.config is not None and e.engine == "sglang"
             else None,
             "notes": list(e.notes),
@@ -649,13 +636,14 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         mine_by_workload = by_campaign.get(c.name, {})
         pts = [p for wpts in mine_by_workload.values() for p in wpts]
         sections = []
-        latency: list[tuple[str, Table | None]] = []
+        with_latency = False
         for w in sorted(mine_by_workload):
             wpts = mine_by_workload[w]
             notes = sorted({f"{p.config} at C={p.concurrency}: {p.note}" for p in wpts if p.note})
             mine = valid_at.get((c.name, w), [])
             table = _campaign_table(rules, wpts, mine, comps.get((c.name, w), []), flags, labels, marks,
-                                    derived.counts)
+                                    derived.counts, views.cell_views(mine, points), spec)
+            with_latency = with_latency or "Pareto" in table.headers
             sections.append({
                 "name": w,
                 "table": table,
@@ -669,11 +657,10 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
                 "chart": _chart(c.name, w, mine, rules),
                 "categories": _category_table(wpts, marks.spec),
             })
-            latency.append((w, _latency_table(views.cell_views(mine, points), rules, spec, labels)))
         campaigns.append({
             "name": c.name,
             "when": c.when,
-            "latency": _campaign_latency(latency),
+            "latency": with_latency,
             "simulated": any(p.simulated for p in pts),
             "workloads": sections,
             "sources": _sources(pts, data),

@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from findings.core.model import Point, Scalar
+from findings.core.model import Dataset, Point, Scalar
+from findings.derive import likeness
 
 #: Workload parameters that name the prompt set, by tool.
 DATASET_KEYS = ("prompts", "dataset_name", "dataset")
@@ -109,11 +110,28 @@ def verdict_reasons(point_ids: Iterable[str], points: Mapping[str, Point]) -> tu
 
 def describe(reasons: Iterable[str]) -> str:
     """What follows "measured": "on random-token prompts (random-ids) and with ignore_eos"."""
-    items = [("with " if r == "ignore_eos" else "on ") + r for r in sorted(set(reasons))]
+    items = [("with " if r == "ignore_eos" else "" if r.startswith(UNLIKE) else "on ") + r
+             for r in sorted(set(reasons))]
     if len(items) <= 1:
         return "".join(items)
     return ", ".join(items[:-1]) + " and " + items[-1]
 
+
+#: How a reason of likeness.py starts: a comparison that is not like for like.
+UNLIKE = "between "
+
+
+def unlike(reasons: Iterable[str]) -> bool:
+    """Whether any reason says the two sides are not like for like (likeness.py)."""
+    return any(r.startswith(UNLIKE) for r in reasons)
+
+
+#: Said once more where a verdict is not like for like (likeness.py).
+UNLIKE_EXPLANATION = (
+    f"A verdict marked {MARK} between different target models or APIs compares two numbers, not two "
+    "configs: the recorded model or API of the candidate is not the baseline's, so the difference may be "
+    "theirs rather than speculation's. Measure both on the same model and API before deploying it."
+)
 
 #: The one plain-words explanation, placed once in the document.
 EXPLANATION = (
@@ -144,3 +162,17 @@ def comparison_reasons(a_ids: Iterable[str], b_ids: Iterable[str], config: str, 
     if config not in spec:
         return ()
     return verdict_reasons([*a_ids, *b_ids], points)
+
+
+def pair_reasons(data: Dataset, spec: frozenset[str], points: Mapping[str, Point],
+                 a_config: str, a_campaign: str, a_ids: Iterable[str],
+                 b_config: str, b_campaign: str, b_ids: Iterable[str]) -> tuple[str, ...]:
+    """Everything that keeps one verdict (``a`` against ``b``) from being a
+    deployment fact: the prompt conditions of a speculative candidate, then
+    what is not like for like between the two sides (likeness.py)."""
+    a_ids, b_ids = tuple(a_ids), tuple(b_ids)
+    found = comparison_reasons(a_ids, b_ids, a_config, spec, points)
+    unlike = likeness.reasons(
+        a_config, data.facts_of(a_config, a_campaign), [points[i] for i in a_ids if i in points],
+        b_config, data.facts_of(b_config, b_campaign), [points[i] for i in b_ids if i in points])
+    return found + unlike

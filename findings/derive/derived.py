@@ -98,8 +98,9 @@ class Derived:
 
     def caveats_of(self, comp: Comparison) -> tuple[str, ...]:
         """Why a comparison's verdict is not a deployment fact (or nothing)."""
-        return caveats.comparison_reasons(comp.a.point_ids, comp.b.point_ids, comp.a.config, self.speculative,
-                                          self.points)
+        return caveats.pair_reasons(self.data, self.speculative, self.points,
+                                    comp.a.config, comp.a.campaign, comp.a.point_ids,
+                                    comp.b.config, comp.b.campaign, comp.b.point_ids)
 
     def to_json(self) -> dict[str, Any]:
         """The stable ``conclusions --json`` shape."""

@@ -155,6 +155,7 @@ def _open_loop(oc: OpenLoopConclusion) -> dict[str, Any]:
                 "threshold_running_batch": _r(c.threshold_batch) if c.threshold_batch is not None else None,
                 "verdicts": {key(v.rate): v.verdict for v in c.verdicts},
                 "decided_by": {key(v.rate): v.decided_by for v in c.verdicts},
+                "caveats": {key(v.rate): list(v.caveats) for v in c.verdicts if v.caveats},
                 "metrics": {key(v.rate): {m: {"ratio": _r(x.ratio) if math.isfinite(x.ratio) else None,
                                               "band": _r(x.band), "verdict": x.verdict,
                                               "paired": x.paired, "campaign": x.a.campaign,

@@ -34,9 +34,10 @@ findings.derive.analysis:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
+from findings.derive import caveats
 from findings.derive.analysis import LOSS, SIMULATED_SUFFIX, TIE, WIN, Rules, policy
 from findings.core.model import Dataset, Point
 from findings.derive.stats import ratio_ci
@@ -107,6 +108,9 @@ class RateVerdict:
     by_metric: Mapping[str, RateComparison]
     #: Why: "goodput" when the goodput loss decided, else "median_tpot_ms".
     decided_by: str
+    #: Why the verdict is not a deployment fact (caveats.pair_reasons), from
+    #: the points of the comparison that decided it; empty: nothing known.
+    caveats: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -376,6 +380,8 @@ def conclude(data: Dataset, rules: Rules, flags: Mapping[str, tuple[str, ...]]) 
     """Every open-loop workload's conclusion (simulated points a workload of
     their own, as in findings.derive.analysis); flagged points left out."""
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    spec = caveats.speculative_configs(data.configs, data.points)
+    points = {p.id: p for p in data.points}
     by: dict[str, list[Point]] = {}
     for p in data.points:
         if open_loop(p) is None or p.id in flags:
@@ -396,7 +402,10 @@ def conclude(data: Dataset, rules: Rules, flags: Mapping[str, tuple[str, ...]]) 
             for r in table.rates:
                 comps = {m: c for m in JUDGED if (c := table.compare(config, rules.baseline, r, m)) is not None}
                 if (v := _rate_verdict(comps, r)) is not None:
-                    vs.append(v)
+                    d = v.by_metric[v.decided_by]
+                    vs.append(replace(v, caveats=caveats.pair_reasons(
+                        data, spec, points, d.a.config, d.a.campaign, d.a.point_ids,
+                        d.b.config, d.b.campaign, d.b.point_ids)))
             # The policy of analysis.policy over the rates in order; its
             # threshold is an index into them (on at rates up to, or from, it).
             pol, at = policy([(i, v.verdict) for i, v in enumerate(vs)])

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 from findings.core import fmt
 from findings.load.spec import phase_key
 from findings.load.spec import parse_phases
+from findings.derive import caveats
 from findings.derive.analysis import SIMULATED_SUFFIX
 from findings.derive.openloop import JUDGED, OpenLoopConclusion, RateCandidate, Replay, Sustained
 
@@ -51,7 +52,15 @@ def policy_sentence(c: RateCandidate) -> str:
                  f"switches at a running batch of {max(1, round(c.threshold_batch))})" if c.threshold_batch is not None
                  else "; the running batch there was not recorded)")
     verdicts = ", ".join(f"{v.rate:g}: {v.verdict}" for v in c.verdicts)
-    return f"{head}: {POLICY_WORDS[c.policy]}. Verdicts by rate (req/s): {verdicts}."
+    why = reasons(c)
+    mark = f" {caveats.MARK} Measured {fmt.text(caveats.describe(why))}: not a deployment fact." if why else ""
+    return f"{head}: {POLICY_WORDS[c.policy]}. Verdicts by rate (req/s): {verdicts}.{mark}"
+
+
+def reasons(c: RateCandidate) -> tuple[str, ...]:
+    """Why a candidate's rate verdicts are not deployment facts (derived with
+    each verdict, findings/derive/caveats.py), over all its rates."""
+    return tuple(sorted({r for v in c.verdicts for r in v.caveats}))
 
 
 def sustained_sentence(s: Sustained, target: float | None) -> str:
@@ -96,7 +105,7 @@ def _verdict_table(oc: OpenLoopConclusion) -> dict[str, Any]:
                 comp = v.by_metric.get(m)
                 cells.append("–" if comp is None else
                              f"{fmt.pct(comp.ratio - 1)} {comp.verdict} (band {fmt.band(comp.band)})")
-            rows.append((c.config, _rate(v.rate), *cells, v.verdict))
+            rows.append((c.config, _rate(v.rate), *cells, v.verdict + (f" {caveats.MARK}" if v.caveats else "")))
     return {"headers": headers, "rows": tuple(rows), "align": ("left", "right") + ("right",) * len(JUDGED) + ("left",)}
 
 

@@ -494,9 +494,11 @@ def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
                          "latest": "no change" if wc.workload in measured else "not measured"})
         for cand in wc.candidates:
             text, anchor = deploy_of(wc.workload, cand.config)
-            marked = any(derived.caveats_of(comp) for comp in cand.comparisons)
+            why = [r for comp in cand.comparisons for r in derived.caveats_of(comp)]
+            marked = bool(why)
             rows.append({"workload": wc.workload, "candidate": cand.config,
                          "policy": cand.policy + (f" {caveats.MARK}" if marked else ""), "marked": marked,
+                         "unlike": caveats.unlike(why),
                          "threshold": f"C={cand.threshold}" if cand.threshold is not None else "—",
                          "crossover": prose.crossover_short(cand), "deploy": text, "anchor": anchor,
                          "latest": _latest_change(entry, wc.workload, cand.config, wc.workload in measured)})
@@ -509,9 +511,11 @@ def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
             text, anchor = deploy_of(oc.workload, rc.config)
             where = "—" if rc.threshold_rate is None else f"{rc.threshold_rate:g} req/s" + (
                 f" (running batch {max(1, round(rc.threshold_batch))})" if rc.threshold_batch is not None else "")
-            rows.append({"workload": oc.workload, "candidate": rc.config, "policy": f"{rc.policy} (by rate)",
-                         "threshold": where, "crossover": "—", "deploy": text, "anchor": anchor, "marked": False,
-                         "latest": "—"})
+            why = list(load_present.reasons(rc))
+            rows.append({"workload": oc.workload, "candidate": rc.config,
+                         "policy": f"{rc.policy} (by rate)" + (f" {caveats.MARK}" if why else ""),
+                         "threshold": where, "crossover": "—", "deploy": text, "anchor": anchor, "marked": bool(why),
+                         "unlike": caveats.unlike(why), "latest": "—"})
     headers = ("Workload", "Candidate", "Policy", "Threshold", "Crossover", "Deploy", "Latest campaign")
 
     def table(linked: bool) -> Table:
@@ -531,7 +535,7 @@ def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
         changed = {"campaign": latest, "when": entry.campaign.when, "changes": n,
                    "workloads": sorted({c.workload for c in entry.changes})}
     return {"rows": rows, "table": table(linked=True), "plain": table(linked=False), "latest": changed,
-            "marked": any(r["marked"] for r in rows)}
+            "marked": any(r["marked"] for r in rows), "unlike": any(r.get("unlike") for r in rows)}
 
 
 def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool,
@@ -699,6 +703,9 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     _share_deploy_blocks(in_order)
     blocks = {(w, b["config"]): b for w, b in in_order}
     n_unknown = len(derived.failures_unknown)
+    # Every reason marked anywhere: the closed loop's, as the tables drew
+    # them, and the open loop's, derived with each rate verdict.
+    seen = set(marks.seen) | {r for oc in open_loop for rc in oc.candidates for r in load_present.reasons(rc)}
     return {
         "title": title,
         "store": store_label,
@@ -708,7 +715,8 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         "n_flagged": len(flags),
         "n_failures_unknown": n_unknown,
         "n_all_failed": sum(1 for n in derived.counts.values() if n.all_failed),
-        "caveat": caveats.EXPLANATION if marks.seen else None,
+        "caveat": (caveats.EXPLANATION + (" " + caveats.UNLIKE_EXPLANATION if caveats.unlike(seen) else "")
+                   if seen else None),
         "caveat_mark": caveats.MARK,
         "unknown_mark": UNKNOWN_FAILURES,
         "any_simulated": any(p.simulated for p in data.points),

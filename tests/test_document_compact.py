@@ -1,4 +1,4 @@
-"""Fewer lines, nothing lost (issue 36, item 3; D97): paragraphs on one
+"""Fewer lines, nothing lost (issue 36, item 3; D105): paragraphs on one
 line, one table per campaign and workload, server configurations side by
 side, and one launch block per Deploy block that writes the very file
 `findings deploy` writes."""

@@ -90,7 +90,7 @@ _BLOCK_START = re.compile(r"(?:[-*+] |\d+[.)] |[|#<>]|```|~~~|$)")
 def paragraphs(text: str) -> str:
     """One line per paragraph and per list item: the soft line breaks of
     ``text`` (a template's hard-wrapped prose) joined with a space, which
-    markdown renders the same (D97). A list item's indented continuation
+    markdown renders the same (D105). A list item's indented continuation
     joins its item; a quote's continuation its quote; tables, headings,
     HTML and fences are left as they are."""
     out: list[str] = []

@@ -120,12 +120,14 @@ def test_a_workload_redefinition_is_refused_naming_the_key(tmp_path):
     assert "0 errors, 1 warnings" in r.output and "findings store relabel" in r.output
 
 
-def test_one_file_defining_a_workload_twice_is_refused(tmp_path):
+def test_one_file_defining_a_workload_twice_is_split_by_definition(tmp_path):
+    """Issue 37 (D98): sglang.bench_serving appends every run to one file, so
+    a file with two lengths holds two workloads; once refused."""
     lines = (SGL / "v0_5_23_baseline.jsonl").read_text().splitlines()
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(lines[0] + "\n" + lines[1].replace('"random_input_len": 1024', '"random_input_len": 64') + "\n")
     r = _ingest(tmp_path / "st", "sglang-bench", mixed, "baseline", "c1", "W")
-    assert r.exit_code == 1 and "this file gives it several definitions (input_len=1024, input_len=64)" in r.output
+    assert r.exit_code == 0 and "split by definition into workloads: W-in1024, W-in64" in r.output
 
 
 def test_a_baseline_that_speculates_by_its_facts_is_refused(tmp_path):

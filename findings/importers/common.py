@@ -6,13 +6,14 @@ import datetime as _dt
 import hashlib
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 from findings.core.version import __version__
 from findings.core.errors import InputError
 from findings.core.model import Campaign, Input, Point, Run, Scalar
+from findings.store.identity import definition
 from findings.store.schema import SCHEMA_VERSION
 
 
@@ -104,3 +105,135 @@ def make_run(src: Source, importer: str, version: str, source: str, *,
         line_hashes=frozenset(hashes),
         extra_inputs=extra_inputs,
     )
+
+
+# --- The load axis a file records (D97) -------------------------------------------------------------------------
+
+#: What a file's ``request_rate`` is: None (not recorded), ``math.inf`` (every
+#: request at once, or as fast as the concurrency allows) or a rate in requests/s.
+def parse_rate(path: str, line: int | None, key: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "+inf"):
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value <= 0:
+        raise InputError(path, line, key, f"expected a rate > 0 (requests/s) or inf, got {value!r}")
+    return float(value)
+
+
+def parse_burstiness(path: str, line: int | None, key: str, value: Any) -> Scalar:
+    """vLLM's gamma shape (AIPerf's smoothness): a number > 0, ``"inf"`` for constant spacing."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "+inf"):
+        return "inf"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value <= 0:
+        raise InputError(path, line, key, f"expected a number > 0 or inf, got {value!r}")
+    return "inf" if math.isinf(value) else float(value)
+
+
+@dataclass(frozen=True)
+class Load:
+    """Where one record sits on the load axis: a closed loop at ``concurrency``,
+    or an open loop (``params["load"] == "rate"``) at ``params["request_rate"]``
+    with the point's concurrency the cap (findings.load.spec's representation)."""
+
+    concurrency: int
+    params: Mapping[str, Scalar]
+    #: ``--concurrency`` was what placed this point (the file left it out).
+    filled: bool = False
+
+    @property
+    def rate(self) -> float | None:
+        r = self.params.get("request_rate")
+        return float(r) if self.params.get("load") == "rate" and isinstance(r, (int, float)) else None
+
+
+def load_axis(path: str, line: int | None, *, rate: Any, burstiness: Any, cap: Any, given: int | None,
+              rate_key: str = "request_rate", cap_key: str = "max_concurrency",
+              burstiness_default: Scalar = None) -> Load:
+    """The load one record measured, from the file; ``given`` (``--concurrency``)
+    fills in only a closed loop's concurrency that the file leaves out, and a
+    value that contradicts the file is refused (never silently ignored)."""
+    r = parse_rate(path, line, rate_key, rate)
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise InputError(path, line, cap_key, f"expected an integer >= 1, got {cap!r}")
+    if given is not None and cap is not None and given != cap:
+        raise InputError(path, line, cap_key, f"the file says {cap}, --concurrency says {given}; "
+                                              "drop --concurrency (it only fills in what a file leaves out)")
+    if r is None or math.isinf(r):
+        if cap is not None:
+            return Load(cap, {})
+        if given is not None:
+            return Load(given, {}, filled=True)
+        sent = "request_rate inf: every request sent at once" if r is not None else "no request_rate either"
+        raise InputError(path, line, cap_key, f"missing or null ({sent}); pass --concurrency N, the requests "
+                                              "that were in flight (num_prompts when all were sent at once)")
+    from findings.load.spec import DEFAULT_CAP  # lazily: findings.load imports numpy (arrivals)
+    params: dict[str, Scalar] = {"load": "rate", "request_rate": r}
+    b = parse_burstiness(path, line, "burstiness", burstiness)
+    if b is None:
+        b = burstiness_default
+    if b is not None:
+        params["burstiness"] = b
+    if cap is not None:
+        params["max_concurrency"] = cap
+    return Load(cap if cap is not None else DEFAULT_CAP, params)
+
+
+def check_given_used(path: str, given: int | None, loads: list[Load]) -> None:
+    """Refuse a ``--concurrency`` that placed no point and agrees with none:
+    the file records every point's load, so it could only mislead (a rate
+    sweep is not a concurrency)."""
+    if given is None:
+        return
+    for ld in loads:
+        if ld.filled or (ld.concurrency if ld.rate is None else ld.params.get("max_concurrency")) == given:
+            return
+    rates = sorted({r for ld in loads if (r := ld.rate) is not None})
+    if rates:
+        shown = f"rate {rates[0]:g}" if len(rates) == 1 else f"rates {rates[0]:g} to {rates[-1]:g}"
+        what = f"request {shown} req/s with no concurrency cap (open-loop points on the rate axis)"
+    else:
+        what = "each point's concurrency"
+    raise InputError(path, None, None, f"--concurrency {given} does not apply: the file records {what}; "
+                                       "drop --concurrency")
+
+
+# --- Several workloads in one file (D98) -----------------------------------------------------------------------
+
+#: How a differing definition key shows in a workload's name.
+_SHORT = {"input_len": "in", "output_len": "out"}
+
+
+def _token(key: str, value: Scalar) -> str:
+    name = key.split(":", 1)[-1]
+    if name in _SHORT:
+        return f"{_SHORT[name]}{value}"
+    if name == "ignore_eos":
+        return "ignore-eos" if value is True else "eos"
+    if value is None:
+        return f"no-{name}"
+    text = str(value)
+    return "".join(ch if ch.isalnum() or ch in "._" else "-" for ch in text).strip("-") or name
+
+
+def split_workloads(points: list[Point], importer: str, workload: str) -> tuple[list[Point], tuple[str, ...]]:
+    """One workload per definition: a file whose records give ``workload``
+    several definitions (sglang.bench_serving appends every run to one file)
+    is split, each part named ``workload`` plus what differs
+    (``w-in1000-out1000``). Returns the points and the workload names, in
+    the order of the file."""
+    defs = [definition(importer, p.workload_params) for p in points]
+    keys = sorted({k for d in defs for k in d}, key=lambda k: (k.split(":", 1)[-1] not in _SHORT,
+                                                               k.split(":", 1)[-1] != "output_len", k))
+    differ = [k for k in keys if len({repr(d.get(k)) for d in defs}) > 1]
+    if not differ:
+        return points, (workload,)
+    out, names = [], []
+    for p, d in zip(points, defs):
+        name = "-".join([workload, *(_token(k, d.get(k)) for k in differ)])
+        out.append(replace(p, workload=name))
+        if name not in names:
+            names.append(name)
+    return out, tuple(names)

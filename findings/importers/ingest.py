@@ -25,10 +25,13 @@ class Ingested:
     campaigns: tuple[str, ...]
     #: ``ingest auto``: what decided the format (the keys only that tool writes, ...).
     detected_by: str | None = None
+    #: The workloads a file was split into, one per definition (D98); empty when not split.
+    split: tuple[str, ...] = ()
 
     def summary(self) -> str:
+        split = f"; split by definition into workloads: {', '.join(self.split)}" if self.split else ""
         return (f"ingested {self.points} points into run {self.run_id} "
-                f"(campaigns: {', '.join(self.campaigns)}) -> {self.path}")
+                f"(campaigns: {', '.join(self.campaigns)}{split}) -> {self.path}")
 
 
 @dataclass(frozen=True)
@@ -43,10 +46,12 @@ class Checks:
     create: bool = False
 
 
-def _store(run: Run, store_dir: Path, checks: Checks) -> Ingested:
+def _store(run: Run, store_dir: Path, checks: Checks, workload: str | None = None) -> Ingested:
     path = store.add_run(store_dir, run, baseline=checks.baseline, allow_workload_change=checks.allow_workload_change,
                          create=checks.create)
-    return Ingested(run.run_id, path, len(run.points), tuple(c.name for c in run.campaigns))
+    names = tuple(dict.fromkeys(p.workload for p in run.points))
+    split = names if workload is not None and names != (workload,) else ()
+    return Ingested(run.run_id, path, len(run.points), tuple(c.name for c in run.campaigns), split=split)
 
 
 def _skip(store_dir: Path, skip_existing: bool) -> frozenset[str]:
@@ -101,7 +106,7 @@ def _ingest_labelled(fmt: str, reader: Callable[..., Run], store_dir: Path, file
         environment=common.read_environment(environment),
         skip_lines=_skip(store_dir, skip_existing),
     )
-    return _store(run, store_dir, checks)
+    return _store(run, store_dir, checks, workload)
 
 
 def ingest_sglang_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,

@@ -246,6 +246,12 @@ def _check_labels(existing: list[Run], runs: list[Run], baseline: str | None, al
     known = identity.Known(existing)
     for run in runs:
         label = run.source_file or run.run_id
+        several = identity.several_definitions(run)
+        if several:
+            # Never "--workload NEW" (one name for all of them again) nor
+            # --allow-workload-change (it averaged the definitions together).
+            raise LabelError(f"{label}: one workload name, several definitions in this file: {'; '.join(several)}; "
+                             f"give each definition its own workload name; nothing was written")
         if not allow_workload_change:
             found = known.workload_conflicts(run)
             if found:

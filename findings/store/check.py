@@ -206,7 +206,8 @@ def _whole(runs: list[Run]) -> list[Finding]:
                                "move the simulated runs to a simulated store (benchmarks/results-emulated)"))
     known = identity.Known()
     for run in sorted(runs, key=lambda r: (r.created_at, r.run_id)):
-        for problem in known.workload_conflicts(run) + known.facts_conflicts(run):
+        for problem in (identity.several_definitions(run) + known.workload_conflicts(run)
+                        + known.facts_conflicts(run)):
             out.append(Finding("warning", str(run.path), problem,
                                f"if a label is wrong: findings store relabel {run.run_id} --workload/--config NEW "
                                f"(or store retract it)"))

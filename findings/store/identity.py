@@ -113,18 +113,15 @@ class Known:
                 here.setdefault(key, (value, run.run_id))
 
     def workload_conflicts(self, run: Run) -> list[str]:
-        """Why ``run`` redefines a workload name (or defines one twice itself):
-        one phrase per differing key; empty when it does not."""
+        """Why ``run`` redefines a workload name stored before: one phrase per
+        differing key; empty when it does not (see ``several_definitions``
+        for a run that defines one name twice itself)."""
         mine = workload_definitions(run)
         out: list[str] = []
         for name, keys in sorted(mine.items()):
             for key, values in sorted(keys.items()):
-                if len(values) > 1:
-                    shown = ", ".join(sorted(_show(key, v) for v in values))
-                    out.append(f"workload {name!r}: this file gives it several definitions ({shown})")
-                    continue
                 old = self.definitions.get((name, key))
-                if old is not None and values != old[1]:
+                if len(values) == 1 and old is not None and values != old[1]:
                     (v,) = values
                     was = ", ".join(sorted(_show(key, x) for x in old[1]))
                     out.append(f"workload {name!r}: {_show(key, v)} here, {was} in run {old[0][1]}")
@@ -147,6 +144,23 @@ class Known:
                 more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
                 out.append(f"config {config!r} in campaign {campaign!r}: {shown}{more}")
         return out
+
+
+def several_definitions(run: Run) -> list[str]:
+    """The workload names ``run`` itself gives several definitions: one
+    phrase per name, its differing keys each listed once
+    (``workload 'w' (input_len 1000, 2000; output_len 100, 200)``)."""
+    out = []
+    for name, keys in sorted(workload_definitions(run).items()):
+        differ = [f"{key.split(':', 1)[-1]} {', '.join(sorted(_value(v) for v in values))}"
+                  for key, values in sorted(keys.items()) if len(values) > 1]
+        if differ:
+            out.append(f"workload {name!r} ({'; '.join(differ)})")
+    return out
+
+
+def _value(v: Scalar) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
 
 
 def workload_conflicts(stored: Iterable[Run], run: Run) -> list[str]:

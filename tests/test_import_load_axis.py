@@ -1,0 +1,198 @@
+"""Imports keep what each file measured (issue 37): the load axis comes from
+the file (D97), several workloads in one file are split by definition (D98),
+and every refusal's suggestion, when run, stores the file's own numbers.
+
+Fixtures: tools/make_rate_fixtures.py made the rate sweeps and the
+four-lengths file by editing copies of the format-exact fixtures (their
+READMEs say which).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FIXTURES, SGL, cli
+from findings import store
+from findings.core.errors import InputError
+from findings.importers import aiperf, common, sglang_bench, vllm_bench
+from findings.load.spec import DEFAULT_CAP
+
+VLLM = FIXTURES / "vllm_bench"
+AIPERF = FIXTURES / "aiperf"
+ARGS: dict[str, Any] = dict(config="baseline", campaign="sweep", workload="chat", date="2026-01-01")
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def ingest(st: Path, fmt: str, file: Path, *extra: str, config: str = "baseline", workload: str = "chat",
+           campaign: str = "sweep"):
+    return cli("ingest", fmt, str(file), "--config", config, "--campaign", campaign, "--workload", workload,
+               "--date", "2026-01-01", "--create", *extra, store=st)
+
+
+def one_line(output: str) -> str:
+    text = output.strip()
+    assert "\n" not in text, text
+    return text
+
+
+def nothing_written(st: Path) -> bool:
+    return not (st / "runs").exists() or not list((st / "runs").glob("*.json"))
+
+
+def check_open_point(p, doc: dict[str, Any], *, cap: int | None) -> None:
+    """An open-loop point as findings bench --request-rate stores one (findings/load/spec.py)."""
+    assert p.workload_params["load"] == "rate"
+    assert p.workload_params["request_rate"] == float(doc["request_rate"])
+    assert p.workload_params.get("max_concurrency") == cap
+    assert p.concurrency == (cap or DEFAULT_CAP)
+    assert p.throughput == doc["output_throughput"]
+    for key in ("median_tpot_ms", "p99_ttft_ms", "median_ttft_ms", "p99_tpot_ms"):
+        assert p.metrics[key] == doc[key], key
+
+
+# ------------------------------------------------------------------ the load axis (D97)
+
+def test_sglang_rate_sweep_is_stored_on_the_rate_axis(tmp_path: Path) -> None:
+    """Once refused with "pass --concurrency N", which then stored five rates as five repeats at C=64."""
+    f = SGL / "v0_5_23_rate_sweep.jsonl"
+    st = tmp_path / "st"
+    r = ingest(st, "sglang-bench", f)
+    assert r.exit_code == 0, r.output
+    pts = sorted(store.load(st).points, key=lambda p: p.workload_params["request_rate"])
+    docs = lines(f)
+    assert [p.workload_params["request_rate"] for p in pts] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    for p, doc in zip(pts, docs):
+        check_open_point(p, doc, cap=None)
+        assert p.workload_params["burstiness"] == 1.0  # sglang's arrivals are Poisson; it writes no burstiness
+    text = cli("conclusions", store=st).output
+    assert "5 open-loop points" in text and "rates 1, 2, 4, 8, 16 req/s" in text
+
+
+def test_concurrency_given_for_a_rate_sweep_is_refused_in_one_line(tmp_path: Path) -> None:
+    st = tmp_path / "st"
+    r = ingest(st, "sglang-bench", SGL / "v0_5_23_rate_sweep.jsonl", "--concurrency", "64")
+    assert r.exit_code == 1 and nothing_written(st)
+    assert one_line(r.output).endswith("--concurrency 64 does not apply: the file records request rates 1 to 16 "
+                                       "req/s with no concurrency cap (open-loop points on the rate axis); "
+                                       "drop --concurrency")
+    # its suggestion (drop --concurrency) stores the file's rates
+    assert ingest(st, "sglang-bench", SGL / "v0_5_23_rate_sweep.jsonl").exit_code == 0
+    assert sorted(p.workload_params["request_rate"] for p in store.load(st).points) == [1.0, 2.0, 4.0, 8.0, 16.0]
+
+
+def test_sglang_rate_with_a_cap_records_the_cap(tmp_path: Path) -> None:
+    f = SGL / "v0_5_23_rate_cap.jsonl"
+    run = sglang_bench.read(common.read_source(str(f)), **ARGS)
+    for p, doc in zip(run.points, lines(f)):
+        check_open_point(p, doc, cap=16)
+    # --concurrency that agrees with the file is accepted; one that contradicts it is refused
+    assert [p.concurrency for p in sglang_bench.read(common.read_source(str(f)), **ARGS, concurrency=16).points] \
+        == [16, 16]
+    st = tmp_path / "st"
+    r = ingest(st, "sglang-bench", f, "--concurrency", "8")
+    assert r.exit_code == 1 and nothing_written(st)
+    assert one_line(r.output).endswith("field 'max_concurrency': the file says 16, --concurrency says 8; drop "
+                                       "--concurrency (it only fills in what a file leaves out)")
+    assert ingest(st, "sglang-bench", f).exit_code == 0  # the suggestion
+    assert {p.concurrency for p in store.load(st).points} == {16}
+
+
+def test_closed_loop_concurrency_that_contradicts_the_file_is_refused(tmp_path: Path) -> None:
+    """--concurrency was silently ignored where the file said otherwise; now it is one line."""
+    st = tmp_path / "st"
+    r = ingest(st, "sglang-bench", SGL / "v0_5_23_baseline.jsonl", "--concurrency", "30")
+    assert r.exit_code == 1 and nothing_written(st)
+    assert ":1: field 'max_concurrency': the file says 1, --concurrency says 30" in one_line(r.output)
+    assert ingest(st, "sglang-bench", SGL / "v0_5_23_baseline.jsonl").exit_code == 0
+    assert sorted(p.concurrency for p in store.load(st).points) == [1, 30]
+
+
+def test_infinite_rate_without_a_cap_asks_for_the_requests_in_flight(tmp_path: Path) -> None:
+    doc = lines(SGL / "v0_5_23_baseline.jsonl")[1]
+    doc["max_concurrency"] = None  # --request-rate inf, no --max-concurrency: every request at once
+    f = tmp_path / "burst.jsonl"
+    f.write_text(json.dumps(doc) + "\n")
+    st = tmp_path / "st"
+    r = ingest(st, "sglang-bench", f)
+    assert r.exit_code == 1 and nothing_written(st)
+    assert one_line(r.output).endswith("field 'max_concurrency': missing or null (request_rate inf: every request "
+                                       "sent at once); pass --concurrency N, the requests that were in flight "
+                                       "(num_prompts when all were sent at once)")
+    assert ingest(st, "sglang-bench", f, "--concurrency", str(doc["completed"])).exit_code == 0
+    (p,) = store.load(st).points
+    assert p.concurrency == 300 and "load" not in p.workload_params and p.throughput == doc["output_throughput"]
+
+
+def test_vllm_rate_sweeps_derive_open_loop_verdicts(tmp_path: Path) -> None:
+    """The issue's published campaign: 5 Poisson rates per config, baseline against EAGLE-3. Imported with
+    --concurrency 1 it was a tie at C=1; now each rate is judged on its own."""
+    st = tmp_path / "st"
+    for config in ("baseline", "eagle3"):
+        f = VLLM / f"v0_33_0_rate_sweep_{config}.json"
+        assert ingest(st, "vllm-bench", f, config=config).exit_code == 0
+        pts = sorted((p for p in store.load(st).points if p.config == config),
+                     key=lambda p: p.workload_params["request_rate"])
+        for p, doc in zip(pts, lines(f)):
+            check_open_point(p, doc, cap=None)
+            assert p.workload_params["burstiness"] == doc["burstiness"] == 1.0
+    got = json.loads(cli("--baseline", "baseline", "conclusions", "--json", store=st).output)
+    chat = got["workloads"]["chat"]
+    assert chat["mode"] == "rate" and chat["rates"] == ["1", "2", "4", "8", "16"]
+    eagle = chat["candidates"]["eagle3"]
+    assert eagle["verdicts"] == {"1": "win", "2": "win", "4": "win", "8": "win", "16": "loss"}
+    assert (eagle["policy"], eagle["threshold"]) == ("on-below", 8.0)
+    base = {d["request_rate"]: d["median_tpot_ms"] for d in lines(VLLM / "v0_33_0_rate_sweep_baseline.json")}
+    spec = {d["request_rate"]: d["median_tpot_ms"] for d in lines(VLLM / "v0_33_0_rate_sweep_eagle3.json")}
+    assert eagle["metrics"]["16"]["median_tpot_ms"]["ratio"] == pytest.approx(base[16.0] / spec[16.0], abs=1e-4)
+
+
+def test_vllm_rate_with_a_cap(tmp_path: Path) -> None:
+    (doc,) = lines(VLLM / "v0_33_0_rate_cap.json")
+    (p,) = vllm_bench.read(common.read_source(str(VLLM / "v0_33_0_rate_cap.json")), **ARGS).points
+    check_open_point(p, doc, cap=32)
+
+
+def test_vllm_ramp_up_run_is_refused(tmp_path: Path) -> None:
+    (doc,) = lines(VLLM / "v0_33_0_rate_cap.json")
+    doc.update(ramp_up_strategy="linear", ramp_up_start_rps=1, ramp_up_end_rps=10)
+    f = tmp_path / "ramp.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="'linear': the rate changed during the run .from 1 to 10 req/s.*"
+                                         "findings does not import ramp-up runs"):
+        vllm_bench.read(common.read_source(str(f)), **ARGS)
+
+
+def test_aiperf_gamma_rate_with_a_cap() -> None:
+    f = AIPERF / "aiperf_0_13_0_rate_gamma_cap.json"
+    (p,) = aiperf.read(common.read_source(str(f)), **ARGS).points
+    phase = json.loads(f.read_text())["input_config"]["phases"][0]
+    assert p.workload_params["load"] == "rate" and p.workload_params["request_rate"] == phase["rate"] == 4.0
+    assert p.workload_params["burstiness"] == phase["smoothness"] == 0.5
+    assert p.workload_params["max_concurrency"] == p.concurrency == phase["concurrency"] == 16
+    with pytest.raises(InputError, match="the file says 16, --concurrency says 4"):
+        aiperf.read(common.read_source(str(f)), **ARGS, concurrency=4)
+
+
+def test_aiperf_constant_phase_is_constant_spacing() -> None:
+    doc = json.loads((AIPERF / "aiperf_0_13_0_rate_errors.json").read_text())
+    doc["input_config"]["phases"][0]["type"] = "constant"
+    (p,) = aiperf.read(common.Source("c.json", json.dumps(doc).encode()), **ARGS).points
+    assert (p.workload_params["load"], p.workload_params["burstiness"]) == ("rate", "inf")
+
+
+def test_genai_perf_request_rate_is_an_open_loop_point() -> None:
+    doc = json.loads((AIPERF / "genai_perf_0_0_16_c16.json").read_text())
+    stimulus = doc["input_config"]["perf_analyzer"]["stimulus"]
+    stimulus.pop("concurrency", None)
+    stimulus["request_rate"] = 2.0  # genai-perf --request-rate 2
+    (p,) = aiperf.read(common.Source("g.json", json.dumps(doc).encode()), **ARGS).points
+    assert (p.workload_params["load"], p.workload_params["request_rate"]) == ("rate", 2.0)
+    assert "burstiness" not in p.workload_params  # genai-perf does not record perf_analyzer's distribution
+    assert p.workload_params["tool"] == "genai-perf"

@@ -196,3 +196,67 @@ def test_genai_perf_request_rate_is_an_open_loop_point() -> None:
     assert (p.workload_params["load"], p.workload_params["request_rate"]) == ("rate", 2.0)
     assert "burstiness" not in p.workload_params  # genai-perf does not record perf_analyzer's distribution
     assert p.workload_params["tool"] == "genai-perf"
+
+
+# ------------------------------------------------------------------ several workloads in one file (D98)
+
+FOUR = ["w-in1000-out1000", "w-in1000-out200", "w-in4000-out200", "w-in200-out1000"]
+
+
+def test_four_lengths_in_one_sglang_file_are_four_workloads(tmp_path: Path) -> None:
+    """Once refused (one name, several definitions), with advice that could not help
+    (--workload NEW) or that averaged the four together (--allow-workload-change)."""
+    f = SGL / "v0_5_23_four_lengths.jsonl"
+    st = tmp_path / "st"
+    r = ingest(st, "sglang-bench", f, workload="w")
+    assert r.exit_code == 0, r.output
+    assert f"(campaigns: sweep; split by definition into workloads: {', '.join(FOUR)})" in one_line(r.output)
+    pts = {p.workload: p for p in store.load(st).points}
+    assert sorted(pts) == sorted(FOUR)
+    for name, doc in zip(FOUR, lines(f)):
+        p = pts[name]
+        assert p.throughput == doc["output_throughput"] and p.concurrency == doc["max_concurrency"] == 30
+        assert (p.workload_params["random_input_len"], p.workload_params["random_output_len"]) == \
+            (doc["random_input_len"], doc["random_output_len"])
+
+
+def test_the_guard_rail_across_files_stays_and_its_suggestion_stores_the_file(tmp_path: Path) -> None:
+    st = tmp_path / "st"
+    assert ingest(st, "sglang-bench", SGL / "v0_5_23_four_lengths.jsonl", workload="w").exit_code == 0
+    # another file, other lengths, under a name already defined: refused, once
+    f = SGL / "v0_5_23_baseline.jsonl"
+    r = ingest(st, "sglang-bench", f, workload="w-in1000-out1000", campaign="next")
+    assert r.exit_code == 1
+    msg = one_line(r.output)
+    assert "workload 'w-in1000-out1000': input_len=1024 and output_len=512 here, input_len=1000 and " \
+           "output_len=1000 in run sglang-bench-" in msg
+    assert "store it under a new name (--workload NEW)" in msg and msg.count("workload 'w-in1000-out1000'") == 1
+    # its suggestion: a new name stores the file's own numbers
+    assert ingest(st, "sglang-bench", f, workload="random-1024-512", campaign="next").exit_code == 0
+    got = sorted((p.concurrency, p.throughput) for p in store.load(st).points if p.workload == "random-1024-512")
+    assert got == sorted((d["max_concurrency"], d["output_throughput"]) for d in lines(f))
+
+
+def test_a_table_giving_one_name_several_definitions_says_so_once(tmp_path: Path) -> None:
+    """The table names its workloads itself: the refusal names each differing key once and
+    suggests neither --workload (not a table option) nor --allow-workload-change (it pooled them)."""
+    rows = ["campaign,order,workload,config,concurrency,output_throughput_tok_s,dataset,ignore_eos",
+            "c,1,w,baseline,1,10.0,sharegpt,false", "c,1,w,baseline,1,20.0,sharegpt,true",
+            "c,1,w,baseline,1,30.0,random,true"]
+    f = tmp_path / "t.csv"
+    f.write_text("\n".join(rows) + "\n")
+    st = tmp_path / "st"
+    for extra in ((), ("--allow-workload-change",)):
+        r = cli("ingest", "table", str(f), "--create", *extra, store=st)
+        assert r.exit_code == 1 and nothing_written(st)
+        msg = one_line(r.output)
+        assert msg.endswith("one workload name, several definitions in this file: workload 'w' (dataset "
+                            "'random', 'sharegpt'; ignore_eos False, True); give each definition its own workload "
+                            "name; nothing was written"), msg
+        assert "--workload" not in msg and "--allow-workload-change" not in msg
+    # the suggestion: each definition its own name
+    f.write_text("\n".join([rows[0], rows[1], rows[2].replace(",w,", ",w-ignore-eos,"),
+                            rows[3].replace(",w,", ",w-random,")]) + "\n")
+    assert cli("ingest", "table", str(f), "--create", store=st).exit_code == 0
+    assert sorted((p.workload, p.throughput) for p in store.load(st).points) == \
+        [("w", 10.0), ("w-ignore-eos", 20.0), ("w-random", 30.0)]

@@ -225,8 +225,9 @@ def split_workloads(points: list[Point], importer: str, workload: str) -> tuple[
     (``w-in1000-out1000``). Returns the points and the workload names, in
     the order of the file."""
     defs = [definition(importer, p.workload_params) for p in points]
-    keys = sorted({k for d in defs for k in d}, key=lambda k: (k.split(":", 1)[-1] not in _SHORT,
-                                                               k.split(":", 1)[-1] != "output_len", k))
+    order = list(_SHORT)
+    keys = sorted({k for d in defs for k in d}, key=lambda k: (order.index(n) if (n := k.split(":", 1)[-1]) in order
+                                                               else len(order), k))
     differ = [k for k in keys if len({repr(d.get(k)) for d in defs}) > 1]
     if not differ:
         return points, (workload,)

@@ -119,12 +119,17 @@ class Known:
         mine = workload_definitions(run)
         out: list[str] = []
         for name, keys in sorted(mine.items()):
-            for key, values in sorted(keys.items()):
+            here: list[str] = []
+            there: dict[str, list[str]] = {}  # run id -> its values of the differing keys
+            for key, values in sorted(keys.items(), key=lambda kv: _shown_key(kv[0])):
                 old = self.definitions.get((name, key))
                 if len(values) == 1 and old is not None and values != old[1]:
                     (v,) = values
-                    was = ", ".join(sorted(_show(key, x) for x in old[1]))
-                    out.append(f"workload {name!r}: {_show(key, v)} here, {was} in run {old[0][1]}")
+                    here.append(_show(key, v))
+                    there.setdefault(old[0][1], []).append(", ".join(sorted(_show(key, x) for x in old[1])))
+            if here:  # one phrase per name, each key once (issue 37: the message repeated itself)
+                was = ", ".join(f"{' and '.join(vals)} in run {rid}" for rid, vals in there.items())
+                out.append(f"workload {name!r}: {' and '.join(here)} here, {was}")
         return out
 
     def facts_conflicts(self, run: Run) -> list[str]:
@@ -152,11 +157,15 @@ def several_definitions(run: Run) -> list[str]:
     (``workload 'w' (input_len 1000, 2000; output_len 100, 200)``)."""
     out = []
     for name, keys in sorted(workload_definitions(run).items()):
-        differ = [f"{key.split(':', 1)[-1]} {', '.join(sorted(_value(v) for v in values))}"
-                  for key, values in sorted(keys.items()) if len(values) > 1]
+        differ = [f"{_shown_key(key)} {', '.join(sorted(_value(v) for v in values))}"
+                  for key, values in sorted(keys.items(), key=lambda kv: _shown_key(kv[0])) if len(values) > 1]
         if differ:
             out.append(f"workload {name!r} ({'; '.join(differ)})")
     return out
+
+
+def _shown_key(key: str) -> str:
+    return key.split(":", 1)[-1]
 
 
 def _value(v: Scalar) -> str:

@@ -260,3 +260,37 @@ def test_a_table_giving_one_name_several_definitions_says_so_once(tmp_path: Path
     assert cli("ingest", "table", str(f), "--create", store=st).exit_code == 0
     assert sorted((p.workload, p.throughput) for p in store.load(st).points) == \
         [("w", 10.0), ("w-ignore-eos", 20.0), ("w-random", 30.0)]
+
+
+# ------------------------------------------------------------------ each refusal's suggestion, run (item 3)
+
+@pytest.mark.parametrize(("wrong", "file", "right"), [
+    ("vllm-bench", SGL / "v0_5_23_rate_sweep.jsonl", "sglang-bench"),
+    ("sglang-bench", VLLM / "v0_33_0_rate_sweep_eagle3.json", "vllm-bench"),
+    ("aiperf", VLLM / "v0_33_0_rate_cap.json", "vllm-bench"),
+])
+def test_the_wrong_importer_names_the_right_one_which_stores_the_file(tmp_path: Path, wrong: str, file: Path,
+                                                                      right: str) -> None:
+    st = tmp_path / "st"
+    r = ingest(st, wrong, file)
+    assert r.exit_code == 1 and nothing_written(st)
+    msg = one_line(r.output)
+    assert f"this is {right} output, not {wrong}" in msg and f"use 'findings ingest {right}'" in msg
+    assert ingest(st, right, file).exit_code == 0
+    got = sorted((p.workload_params["request_rate"], p.throughput) for p in store.load(st).points)
+    assert got == sorted((float(d["request_rate"]), d["output_throughput"]) for d in lines(file))
+
+
+def test_a_file_without_its_load_asks_for_the_concurrency_and_says_what_it_cannot_place(tmp_path: Path) -> None:
+    """genai-perf's CSV records no load at all: --concurrency N is the only way, and the message says that a
+    request-rate run cannot be placed from it (rather than inviting any N)."""
+    f = AIPERF / "genai_perf_0_0_12_export_c16.csv"
+    st = tmp_path / "st"
+    r = ingest(st, "aiperf", f)
+    assert r.exit_code == 1 and nothing_written(st)
+    assert one_line(r.output).endswith("missing or null, and no request rate: the file does not record its load; "
+                                       "pass --concurrency N, the concurrency the run used (a request-rate run "
+                                       "cannot be placed from this file)")
+    assert ingest(st, "aiperf", f, "--concurrency", "16").exit_code == 0
+    (p,) = store.load(st).points
+    assert p.concurrency == 16 and "load" not in p.workload_params

@@ -370,7 +370,9 @@ def read_records(src: Source, text: str, config: str, campaign: str, workload: s
                          "profile_export_aiperf.json next to this file: import that (a records file is "
                          "read only for a run where every request failed)")
     if concurrency is None:
-        raise InputError(src.path, None, None, "AIPerf's records do not name the concurrency; pass --concurrency N")
+        raise InputError(src.path, None, None, "AIPerf's records do not name the concurrency; pass --concurrency N, "
+                                               "the run's --concurrency (a --request-rate run cannot be placed "
+                                               "from its records)")
     metrics = {"planned": float(sent), "completed": 0.0, "failed": float(failed),
                **{f"errors_{k}": float(v) for k, v in sorted(kinds.items())}}
     rid = run_id(NAME, src.sha256)

@@ -166,9 +166,13 @@ def load_axis(path: str, line: int | None, *, rate: Any, burstiness: Any, cap: A
             return Load(cap, {})
         if given is not None:
             return Load(given, {}, filled=True)
-        sent = "request_rate inf: every request sent at once" if r is not None else "no request_rate either"
-        raise InputError(path, line, cap_key, f"missing or null ({sent}); pass --concurrency N, the requests "
-                                              "that were in flight (num_prompts when all were sent at once)")
+        if r is not None:
+            raise InputError(path, line, cap_key, "missing or null (request_rate inf: every request sent at once); "
+                                                  "pass --concurrency N, the requests that were in flight "
+                                                  "(num_prompts when all were sent at once)")
+        raise InputError(path, line, cap_key, "missing or null, and no request rate: the file does not record its "
+                                              "load; pass --concurrency N, the concurrency the run used (a "
+                                              "request-rate run cannot be placed from this file)")
     from findings.load.spec import DEFAULT_CAP  # lazily: findings.load imports numpy (arrivals)
     params: dict[str, Scalar] = {"load": "rate", "request_rate": r}
     b = parse_burstiness(path, line, "burstiness", burstiness)

@@ -114,6 +114,7 @@ def test_a_workload_redefinition_is_refused_naming_the_key(tmp_path):
                                                                            '"random_output_len": 500'))
     r = _ingest(st, "sglang-bench", longer, "baseline", "c3", "W", "2026-01-03")
     assert r.exit_code == 1 and "output_len=500 here, output_len=512" in r.output
+    assert r.output.count("workload 'W'") == 1  # one phrase per workload (issue 37)
     # the name now pools two definitions, as allowed: store check says so (a warning, not an error)
     r = cli("store", "check", store=st)
     assert r.exit_code == 0 and "workload 'W': input_len=" in r.output  # (runs of one second: either order)

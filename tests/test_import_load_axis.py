@@ -294,3 +294,49 @@ def test_a_file_without_its_load_asks_for_the_concurrency_and_says_what_it_canno
     assert ingest(st, "aiperf", f, "--concurrency", "16").exit_code == 0
     (p,) = store.load(st).points
     assert p.concurrency == 16 and "load" not in p.workload_params
+
+
+# ------------------------------------------------------------------ duplicates on the parsed records (item 4, D99)
+
+def _reformatted(path: Path, tmp_path: Path) -> Path:
+    """The same records in other bytes: keys in reverse order, indented or one per line, 1.0 written as 1."""
+    def redo(doc: dict[str, Any]) -> dict[str, Any]:
+        return {k: (int(v) if isinstance(v, float) and v.is_integer() else v) for k, v in reversed(doc.items())}
+    text = path.read_text()
+    out = tmp_path / f"copy-{path.name}"
+    try:
+        out.write_text(json.dumps(redo(json.loads(text)), indent=4))
+    except json.JSONDecodeError:
+        out.write_text("".join(json.dumps(redo(json.loads(x))) + "\n" for x in text.splitlines() if x.strip()))
+    return out
+
+
+@pytest.mark.parametrize(("fmt", "path"), [
+    ("sglang-bench", SGL / "v0_5_23_rate_sweep.jsonl"),
+    ("vllm-bench", VLLM / "v0_33_0_rate_cap.json"),
+    ("vllm-bench", VLLM / "v0_33_0_rate_sweep_eagle3.json"),
+    ("aiperf", AIPERF / "aiperf_0_13_0_rate_gamma_cap.json"),
+])
+def test_a_reformatted_copy_is_a_duplicate(tmp_path: Path, fmt: str, path: Path) -> None:
+    """Once accepted as a new campaign: the byte hashes differed."""
+    st = tmp_path / "st"
+    assert ingest(st, fmt, path).exit_code == 0
+    copy = _reformatted(path, tmp_path)
+    assert copy.read_bytes() != path.read_bytes()
+    r = ingest(st, fmt, copy, campaign="again")
+    assert r.exit_code == 1
+    n = len(lines(path)) if fmt != "aiperf" else 1
+    assert f"{n} of its records were already ingested as run" in one_line(r.output)
+    assert len(store.load(st).points) == n
+
+
+def test_skip_existing_skips_reformatted_records_and_keeps_the_new(tmp_path: Path) -> None:
+    src = SGL / "v0_5_23_rate_sweep.jsonl"
+    first = tmp_path / "first.jsonl"
+    first.write_text("".join(x + "\n" for x in src.read_text().splitlines()[:3]))
+    st = tmp_path / "st"
+    assert ingest(st, "sglang-bench", first).exit_code == 0
+    again = _reformatted(src, tmp_path)  # all five, re-formatted: three already stored
+    r = ingest(st, "sglang-bench", again, "--skip-existing")
+    assert r.exit_code == 0 and "ingested 2 points" in r.output
+    assert sorted(p.workload_params["request_rate"] for p in store.load(st).points) == [1.0, 2.0, 4.0, 8.0, 16.0]

@@ -49,7 +49,8 @@ import math
 from typing import Any, Mapping
 
 from findings.core.errors import InputError
-from findings.importers.common import Source, check_given_used, line_hash, load_axis, make_run, run_id
+from findings.importers.common import (Source, check_given_used, line_hash, load_axis, make_run, record_hash,
+                                       run_id)
 from findings.importers.vllm_bench import field, finite_number, workload_value
 from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.store.schema import point_id
@@ -502,8 +503,8 @@ def read(
         return read_records(src, text, config, campaign, workload, date, order, concurrency, environment,
                             skip_lines, source)
     doc = parse(src)
-    h = line_hash(text)
-    if h in skip_lines:
+    h, rh = line_hash(text), record_hash(doc)
+    if h in skip_lines or rh in skip_lines:
         raise InputError(src.path, None, None, "this result was already ingested; nothing to add")
     cfg = doc.get("input_config")
     if cfg is None:
@@ -554,5 +555,5 @@ def read(
     return make_run(
         src, NAME, VERSION, source, environment=env,
         campaigns=(Campaign(name=campaign, date=date, order=order),),
-        configs={config: {"model_path": model} if model else {}}, points=[point], hashes={h},
+        configs={config: {"model_path": model} if model else {}}, points=[point], hashes={h, rh},
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import math
 import tomllib
 from dataclasses import dataclass, replace
@@ -14,7 +15,7 @@ from findings.core.version import __version__
 from findings.core.errors import InputError
 from findings.core.model import Campaign, Input, Point, Run, Scalar
 from findings.store.identity import definition
-from findings.store.schema import SCHEMA_VERSION
+from findings.store.schema import RECORD_HASH_PREFIX, SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -43,8 +44,28 @@ def read_source(path: str) -> Source:
 
 
 def line_hash(text: str) -> str:
-    """Identity of one record, to refuse the same record ingested twice."""
+    """Identity of one record's bytes, to refuse the same record ingested twice."""
     return hashlib.sha256(text.strip().encode()).hexdigest()[:20]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:  # 1 and 1.0, or 17 digits and the shortest repr, are one number
+            return repr(float(value))
+        except OverflowError:  # an integer too large for a float (refused later, by the field's own check)
+            return str(value)
+    return value
+
+
+def record_hash(record: Any) -> str:
+    """Identity of one record's parsed content (D99): the same for a
+    re-formatted copy (indented, keys reordered, numbers written otherwise)."""
+    text = json.dumps(_canonical(record), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return RECORD_HASH_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def run_id(importer: str, sha256: str) -> str:

@@ -35,8 +35,8 @@ from typing import Any, Mapping
 
 from findings.core import serverinfo
 from findings.core.errors import InputError
-from findings.importers.common import (Load, Source, check_given_used, line_hash, load_axis, make_run, run_id,
-                                       split_workloads)
+from findings.importers.common import (Load, Source, check_given_used, line_hash, load_axis, make_run, record_hash,
+                                       run_id, split_workloads)
 from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.store.schema import finite, point_id
 from findings.derive.validity import only_counts
@@ -157,6 +157,11 @@ def read(
             raise InputError(src.path, line, None, f"not valid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise InputError(src.path, line, None, "expected a JSON object")
+        rh = record_hash(doc)
+        if rh in skip_lines:
+            continue
+        if rh in hashes:
+            raise InputError(src.path, line, None, "this line repeats an earlier line's record")
         if "output_throughput" not in doc:
             raise InputError(src.path, line, "output_throughput", "missing")
         completed = _number(src.path, line, "completed", doc.get("completed"))
@@ -200,7 +205,7 @@ def read(
                 )
             facts.setdefault(key, value)
             facts_line.setdefault(key, line)
-        hashes.add(h)
+        hashes.update((h, rh))
         points.append(
             Point(
                 id=point_id(rid, len(points)),

@@ -45,8 +45,8 @@ import math
 from typing import Any, Mapping
 
 from findings.core.errors import InputError
-from findings.importers.common import (Load, Source, check_given_used, line_hash, load_axis, make_run, run_id,
-                                       split_workloads)
+from findings.importers.common import (Load, Source, check_given_used, line_hash, load_axis, make_run, record_hash,
+                                       run_id, split_workloads)
 from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.store.schema import point_id
 from findings.derive.validity import only_counts
@@ -297,10 +297,10 @@ def read(
     facts_line = 0
     loads: list[Load] = []
     for line, raw, doc in parse_json(src, text):
-        h = line_hash(raw)
-        if h in skip_lines:
+        h, rh = line_hash(raw), record_hash(doc)
+        if h in skip_lines or rh in skip_lines:
             continue
-        if h in hashes:
+        if h in hashes or rh in hashes:
             raise InputError(src.path, line, None, "this result repeats an earlier one exactly")
         load = _load(src.path, line, doc, concurrency)
         loads.append(load)
@@ -318,7 +318,7 @@ def read(
         params = _params(src.path, line, doc)
         params.update(load.params)
         requests = _details(src.path, line, doc)
-        hashes.add(h)
+        hashes.update((h, rh))
         points.append(
             Point(
                 id=point_id(rid, len(points)),

@@ -340,3 +340,41 @@ def test_skip_existing_skips_reformatted_records_and_keeps_the_new(tmp_path: Pat
     r = ingest(st, "sglang-bench", again, "--skip-existing")
     assert r.exit_code == 0 and "ingested 2 points" in r.output
     assert sorted(p.workload_params["request_rate"] for p in store.load(st).points) == [1.0, 2.0, 4.0, 8.0, 16.0]
+
+
+# ------------------------------------------------------------------ AIPerf fidelity (item 4)
+
+def _aiperf(doc: dict[str, Any]):
+    (p,) = aiperf.read(common.Source("a.json", json.dumps(doc).encode()), **ARGS).points
+    return p
+
+
+def test_aiperf_before_0_13_keeps_extra_inputs_and_the_public_dataset() -> None:
+    """AIPerf 0.1 - 0.8 export their UserConfig with exclude_unset: --extra-inputs ignore_eos:true and
+    --public-dataset appear under input_config.input only when given. They decide the ⚑ caveat."""
+    from findings.derive.caveats import point_reasons
+    doc = json.loads((AIPERF / "aiperf_0_6_0_c8.json").read_text())
+    assert point_reasons(_aiperf(doc)) == ()
+    for inp in ({"extra_inputs_parsed": {"ignore_eos": True}, "public_dataset": "sharegpt"},
+                {"extra": [["ignore_eos", True]], "public_dataset": "sharegpt"},
+                {"extra": ["ignore_eos:true"], "public_dataset": "sharegpt"}):
+        doc["input_config"]["input"] = inp
+        p = _aiperf(doc)
+        assert (p.workload_params["dataset"], p.workload_params["ignore_eos"]) == ("public:sharegpt", True)
+        assert point_reasons(p) == ("ignore_eos",)
+    doc["input_config"]["input"] = {"file": "prompts.jsonl"}
+    assert _aiperf(doc).workload_params["dataset"] == "file"
+
+
+def test_aiperf_is_told_from_genai_perf_by_its_command_line() -> None:
+    """A file whose cli_command is `aiperf profile` is AIPerf even without the keys only AIPerf writes."""
+    doc = json.loads((AIPERF / "aiperf_0_6_0_c8.json").read_text())
+    for key in ("aiperf_version", "schema_version"):
+        doc.pop(key, None)
+    assert doc["input_config"]["cli_command"].startswith("aiperf profile")
+    p = _aiperf(doc)
+    assert p.workload_params["tool"] == "aiperf"
+    assert p.metrics["failed"] == 0  # AIPerf writes error_request_count only when a request failed
+    doc["input_config"]["cli_command"] = "genai-perf profile -m m --concurrency 8"
+    p = _aiperf(doc)
+    assert p.workload_params["tool"] == "genai-perf" and "failed" not in p.metrics  # genai-perf: unknown

@@ -138,6 +138,7 @@ def main() -> None:
     doc["input_config"]["phases"][0] = {"name": phase["name"], "kind": phase["kind"], "type": "gamma",
                                         "requests": phase["requests"], "concurrency": 16, "rate": phase["rate"],
                                         "smoothness": 0.5}
+    doc["run_info"]["cli_command"] += " --concurrency 16 --arrival-pattern gamma --arrival-smoothness 0.5"
     (AIPERF / "aiperf_0_13_0_rate_gamma_cap.json").write_text(json.dumps(doc, indent=2))
 
 

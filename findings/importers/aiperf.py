@@ -202,7 +202,15 @@ def _metrics(path: str, doc: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _is_aiperf(doc: Mapping[str, Any]) -> bool:
-    """AIPerf (any version), not genai-perf."""
+    """AIPerf (any version), not genai-perf: by the command line it records
+    (``run_info.cli_command`` in 0.13, ``input_config.cli_command`` before;
+    ``aiperf profile ...`` or ``genai-perf profile ...``), else by the keys
+    only AIPerf writes."""
+    for command in (_get(doc, "run_info", "cli_command"), _get(doc, "input_config", "cli_command")):
+        if isinstance(command, str) and command.split():
+            tool = command.split()[0].rsplit("/", 1)[-1]
+            if tool in ("aiperf", "genai-perf"):
+                return tool == "aiperf"
     return "aiperf_version" in doc or "records" in doc or "schema_version" in doc
 
 
@@ -294,20 +302,59 @@ def _model(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _extra_inputs(raw: Any) -> dict[str, Any]:
+    """``--extra-inputs`` as a dict, in the shapes the exports hold: a dict
+    (AIPerf 0.13 ``endpoint.extra``, ``input.extra_inputs_parsed``), a list of
+    ``[key, value]`` pairs or of ``"key:value"`` strings (AIPerf 0.1 - 0.8
+    ``input.extra``, genai-perf's ``extra_inputs``)."""
+    if isinstance(raw, dict):
+        return raw
+    out: dict[str, Any] = {}
+    if isinstance(raw, list):
+        for item in raw:
+            if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str):
+                out[item[0]] = item[1]
+            elif isinstance(item, str) and ":" in item:
+                key, _, value = item.partition(":")
+                out[key.strip()] = value.strip()
+    return out
+
+
 def _prompts(cfg: Mapping[str, Any]) -> dict[str, Scalar]:
-    """The prompt set and ``ignore_eos``, where the config records them
-    (AIPerf 0.13: ``datasets[].type`` synthetic | file | public, and the
-    public dataset's name; ``endpoint.extra.ignore_eos`` from
-    ``--extra-inputs``)."""
+    """The prompt set and ``ignore_eos``, where the config records them, so
+    that the caveat on random or made-up prompts holds (D62, issue 37):
+
+    - AIPerf 0.13: ``datasets[].type`` synthetic | file | public, and the
+      public dataset's name; ``endpoint.extra`` from ``--extra-inputs``;
+    - AIPerf 0.1 - 0.8 (``UserConfig``, exported with ``exclude_unset``):
+      ``input.public_dataset`` (``--public-dataset``), ``input.file``
+      (``--input-file``), and ``input.extra_inputs_parsed`` or ``input.extra``;
+    - genai-perf: ``input.file`` (0.0.14+ config) or ``input_file`` and
+      ``input_dataset`` (the argparse namespace), ``input.extra`` or
+      ``extra_inputs``."""
     out: dict[str, Scalar] = {}
     datasets = cfg.get("datasets")
     if isinstance(datasets, list) and datasets and isinstance(datasets[0], dict):
         kind, name = datasets[0].get("type"), datasets[0].get("dataset")
         if isinstance(kind, str):
             out["dataset"] = f"{kind}:{name}" if kind == "public" and isinstance(name, str) else kind
-    extra = _get(cfg, "endpoint", "extra")
-    if isinstance(extra, dict) and isinstance(extra.get("ignore_eos"), bool):
-        out["ignore_eos"] = extra["ignore_eos"]
+    raw_input = cfg.get("input")
+    inp: Mapping[str, Any] = raw_input if isinstance(raw_input, dict) else {}
+    if "dataset" not in out:
+        public = inp.get("public_dataset") or cfg.get("input_dataset")
+        file = inp.get("file") or cfg.get("input_file")
+        if isinstance(public, str) and public:
+            out["dataset"] = f"public:{public}"
+        elif isinstance(file, str) and file:
+            out["dataset"] = "file"
+    for raw in (_get(cfg, "endpoint", "extra"), inp.get("extra_inputs_parsed"), inp.get("extra"),
+                cfg.get("extra_inputs")):
+        flag = _extra_inputs(raw).get("ignore_eos")
+        if isinstance(flag, str) and flag.strip().lower() in ("true", "false"):
+            flag = flag.strip().lower() == "true"
+        if isinstance(flag, bool):
+            out["ignore_eos"] = flag
+            break
     return out
 
 

@@ -378,3 +378,54 @@ def test_aiperf_is_told_from_genai_perf_by_its_command_line() -> None:
     doc["input_config"]["cli_command"] = "genai-perf profile -m m --concurrency 8"
     p = _aiperf(doc)
     assert p.workload_params["tool"] == "genai-perf" and "failed" not in p.metrics  # genai-perf: unknown
+
+
+# ------------------------------------------------------------------ ingest auto: the nearest importer's reason (D101)
+
+def test_ingest_auto_gives_the_nearest_importers_reason(tmp_path: Path) -> None:
+    """An AIPerf export without metric objects (no token-producing endpoint): `ingest auto` said only
+    "cannot tell the format", where `ingest aiperf` names the cause."""
+    doc = json.loads((AIPERF / "aiperf_0_13_0_rate_errors.json").read_text())
+    f = tmp_path / "profile_export_aiperf.json"
+    f.write_text(json.dumps({k: v for k, v in doc.items() if not (isinstance(v, dict) and "unit" in v)}))
+    st = tmp_path / "st"
+    auto = cli("ingest", "auto", str(f), "--config", "c", "--campaign", "k", "--workload", "w",
+               "--date", "2026-01-01", "--create", store=st)
+    assert auto.exit_code == 1 and nothing_written(st)
+    msg = one_line(auto.output)
+    assert "cannot tell the format" not in msg
+    assert "nearest format aiperf (AIPerf's keys schema_version, aiperf_version, benchmark_id, input_config and " \
+           "4 more), whose importer refuses it: field 'output_token_throughput': missing" in msg
+    named = one_line(ingest(st, "aiperf", f).output)
+    assert named.endswith(msg.split("whose importer refuses it: ")[1])
+
+
+def test_ingest_auto_names_the_nearest_importer_that_reads_the_file(tmp_path: Path) -> None:
+    """vLLM writes output_throughput 0 when every request failed; without it the file has no key auto
+    decides by, but vllm-bench reads it: the suggestion stores the failed point as the file says."""
+    doc = json.loads((FIXTURES / "real_tools" / "vllm_0_32_0_all_failed.json").read_text())
+    doc = {k: v for k, v in doc.items() if k != "output_throughput" and not k.endswith(("_ttft_ms", "_tpot_ms",
+                                                                                          "_itl_ms"))}
+    f = tmp_path / "all_failed.json"
+    f.write_text(json.dumps(doc))
+    st = tmp_path / "st"
+    auto = cli("ingest", "auto", str(f), "--config", "c", "--campaign", "k", "--workload", "w",
+               "--date", "2026-01-01", "--create", store=st)
+    assert auto.exit_code == 1 and nothing_written(st)
+    msg = one_line(auto.output)
+    assert "cannot tell the format (a JSON object with neither AIPerf metric objects nor 'output_throughput'); " \
+           "its nearest format, vllm-bench (keys only vLLM writes: " in msg
+    assert msg.endswith("reads it: use 'findings ingest vllm-bench'")
+    assert ingest(st, "vllm-bench", f, config="c", workload="w").exit_code == 0
+    (p,) = store.load(st).points
+    assert p.metrics["completed"] == doc["completed"] == 0 and p.metrics["failed"] == doc["failed"]
+
+
+def test_ingest_auto_on_a_table_missing_a_column_names_it(tmp_path: Path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text("campaign,workload,concurrency,output_throughput_tok_s\nc,w,1,10.0\n")
+    r = cli("ingest", "auto", str(f), "--create", store=tmp_path / "st")
+    assert r.exit_code == 1
+    assert one_line(r.output).endswith("nearest format table (a CSV with the table's columns campaign, workload, "
+                                       "concurrency, output_throughput_tok_s), whose importer refuses it: line 1: "
+                                       "field 'config': required column is missing")

@@ -149,7 +149,12 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
     Returns the detected format's name and what was ingested (with what
     decided the format, ``detected_by``).
     """
-    fmt, why = detect.explain(common.read_source(file))
+    src = common.read_source(file)
+    try:
+        fmt, why = detect.explain(src)
+    except detect.Undetected as exc:
+        raise _nearest_reason(src, exc, config=config, campaign=campaign, workload=workload, date=date,
+                              concurrency=concurrency) from None
     if fmt == "table":
         extra = [name for name, value in (("--config", config), ("--campaign", campaign), ("--workload", workload),
                                           ("--date", date), ("--order", order), ("--concurrency", concurrency))
@@ -170,6 +175,32 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
     return fmt, replace(ingest(store_dir, file, config=config, campaign=campaign, workload=workload, date=date,
                                order=order, concurrency=concurrency, environment=environment,
                                skip_existing=skip_existing, checks=checks), detected_by=why)
+
+
+def _nearest_reason(src: common.Source, refused: detect.Undetected, *, config: str | None, campaign: str | None,
+                    workload: str | None, date: str | None, concurrency: int | None) -> InputError:
+    """``ingest auto`` could not place a file: ask the importer it is nearest
+    to, and give that importer's own reason (D101), else the refusal as it was.
+    Nothing is written either way."""
+    near = detect.nearest(src)
+    if near is None:
+        return refused
+    fmt, hint = near
+    try:
+        if fmt == "table":
+            table.read(src)
+        else:
+            reader: Callable[..., Run] = {"sglang-bench": sglang_bench.read, "vllm-bench": vllm_bench.read,
+                                          "aiperf": aiperf.read}[fmt]
+            reader(src, config=config or "x", campaign=campaign or "x", workload=workload or "x",
+                   date=date or "2000-01-01", concurrency=concurrency)
+    except InputError as exc:
+        where = f"line {exc.line}: " if exc.line is not None else ""
+        what = f"field '{exc.field}': " if exc.field else ""
+        return InputError(src.path, None, None, f"nearest format {fmt} ({hint}), whose importer refuses it: "
+                                                f"{where}{what}{exc.message}")
+    return InputError(src.path, None, None, f"cannot tell the format ({refused.why}); its nearest format, {fmt} "
+                                            f"({hint}), reads it: use 'findings ingest {fmt}'")
 
 
 @dataclass(frozen=True)

@@ -429,3 +429,46 @@ def test_ingest_auto_on_a_table_missing_a_column_names_it(tmp_path: Path) -> Non
     assert one_line(r.output).endswith("nearest format table (a CSV with the table's columns campaign, workload, "
                                        "concurrency, output_throughput_tok_s), whose importer refuses it: line 1: "
                                        "field 'config': required column is missing")
+
+
+# ------------------------------------------------------------------ an SLO on ingest: goodput from per-request times (D102)
+
+def _met(doc: dict[str, Any], ttft_ms: float, tpot_ms: float) -> int:
+    return sum(1 for f, lat, o, e in zip(doc["ttfts"], doc["latencies"], doc["output_lens"], doc["errors"])
+               if not e and f * 1000 <= ttft_ms and (o <= 1 or (lat - f) / (o - 1) * 1000 <= tpot_ms))
+
+
+def test_an_slo_on_ingest_gives_goodput_and_the_sustainable_rate(tmp_path: Path) -> None:
+    st = tmp_path / "st"
+    for config in ("baseline", "eagle3"):
+        f = VLLM / f"v0_33_0_rate_detailed_{config}.json"
+        r = ingest(st, "vllm-bench", f, "--slo-ttft-ms", "1000", "--slo-tpot-ms", "25", config=config)
+        assert r.exit_code == 0, r.output
+        pts = sorted((p for p in store.load(st).points if p.config == config),
+                     key=lambda p: p.workload_params["request_rate"])
+        for p, doc in zip(pts, lines(f)):
+            met = _met(doc, 1000, 25)
+            assert p.metrics["slo_met"] == met and p.metrics["slo_attainment"] == met / len(doc["ttfts"])
+            assert p.metrics["goodput_req_s"] == pytest.approx(met / doc["duration"])
+            assert (p.workload_params["slo_ttft_ms"], p.workload_params["slo_tpot_ms"],
+                    p.workload_params["slo_attainment"]) == (1000.0, 25.0, 0.9)
+    got = json.loads(cli("--baseline", "baseline", "conclusions", "--json", store=st).output)["workloads"]["chat"]
+    assert got["slo"] == {"slo_ttft_ms": 1000.0, "slo_tpot_ms": 25.0, "slo_attainment": 0.9}
+    sustained = {c: (s["rate"], s["failed_at"]) for c, s in got["sustained"].items()}
+    assert sustained == {"baseline": (4.0, 8.0), "eagle3": (8.0, None)}
+    assert got["candidates"]["eagle3"]["verdicts"]["8"] == "win"  # goodput wins where the baseline fails the SLO
+
+
+def test_an_slo_needs_per_request_times_and_open_loop_points(tmp_path: Path) -> None:
+    st = tmp_path / "st"
+    r = ingest(st, "vllm-bench", VLLM / "v0_33_0_rate_sweep_eagle3.json", "--slo-tpot-ms", "25")
+    assert r.exit_code == 1 and nothing_written(st)
+    assert one_line(r.output).endswith(":1: an SLO needs per-request times and a duration, and this record has "
+                                       "none (sglang.bench_serving --output-details, vllm bench serve "
+                                       "--save-detailed)")
+    r = ingest(st, "sglang-bench", SGL / "v0_5_23_baseline.jsonl", "--slo-tpot-ms", "25")
+    assert r.exit_code == 1 and "the file has none (no finite request_rate): drop --slo-ttft-ms/--slo-tpot-ms" \
+        in one_line(r.output)
+    assert ingest(st, "sglang-bench", SGL / "v0_5_23_baseline.jsonl").exit_code == 0  # its suggestion
+    r = ingest(st, "vllm-bench", VLLM / "v0_33_0_rate_detailed_baseline.json", "--slo-attainment", "0.8")
+    assert r.exit_code == 1 and "--slo-attainment needs an SLO" in one_line(r.output)

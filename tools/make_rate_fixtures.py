@@ -115,6 +115,57 @@ def vllm_line(template: dict, *, rate: float, cap: int | None, speculative: bool
     return d
 
 
+def _pct(values: list[float], q: float) -> float:
+    """numpy.percentile's default (linear interpolation), as vLLM computes it."""
+    xs = sorted(values)
+    k = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def _std(values: list[float]) -> float:
+    m = sum(values) / len(values)
+    return math.sqrt(sum((x - m) ** 2 for x in values) / len(values))
+
+
+def vllm_detailed(template: dict, *, rate: float, speculative: bool, label: str, n: int = 40,
+                  out: int = 32, seed: int = 1) -> dict:
+    """A --save-detailed result at one rate: per-request lists drawn from the
+    model (seeded), the aggregates computed from them as vLLM's
+    calculate_metrics does (numpy mean, median, std, percentile)."""
+    import random
+
+    rng = random.Random(seed * 1000 + int(rate * 10) + (1 if speculative else 0))
+    d = json.loads(json.dumps(template))
+    tpot0, ttft0 = _model(rate, speculative)
+    starts, t = [], 1000.0
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        starts.append(t)
+    ttfts = [ttft0 / 1000 * rng.uniform(0.7, 1.3) for _ in range(n)]
+    itls = [[tpot0 / 1000 * rng.uniform(0.8, 1.2) for _ in range(out - 1)] for _ in range(n)]
+    lat = [f + sum(i) for f, i in zip(ttfts, itls)]
+    tpots = [sum(i) / (out - 1) for i in itls]
+    duration = max(s + x for s, x in zip(starts, lat)) - starts[0]
+    ins = [256] * n
+    d.update(label=label, request_rate=float(rate), burstiness=1.0, max_concurrency=None, duration=duration,
+             completed=n, failed=0, num_prompts=n, total_input_tokens=sum(ins), total_output_tokens=n * out,
+             request_throughput=n / duration, output_throughput=n * out / duration,
+             total_token_throughput=(sum(ins) + n * out) / duration, input_lens=ins, output_lens=[out] * n,
+             ttfts=ttfts, itls=itls, latencies=lat, start_times=starts, queue_times=[0.0] * n,
+             generated_texts=[" the" * out] * n, errors=[""] * n,
+             max_output_tokens_per_s=float(round(n * out / duration * 1.5)),
+             max_concurrent_requests=max(1, math.ceil(sum(lat) / duration * 1.5)))
+    flat = [x for i in itls for x in i]
+    for key, xs in (("ttft", ttfts), ("tpot", tpots), ("itl", flat)):
+        ms = [x * 1000 for x in xs]
+        d[f"mean_{key}_ms"] = sum(ms) / len(ms)
+        d[f"median_{key}_ms"] = _pct(ms, 50)
+        d[f"std_{key}_ms"] = _std(ms)
+        d[f"p99_{key}_ms"] = _pct(ms, 99)
+    return d
+
+
 def main() -> None:
     base = [json.loads(x) for x in (SGL / "v0_5_23_baseline.jsonl").read_text().splitlines()]
     c30 = base[1]
@@ -132,6 +183,11 @@ def main() -> None:
         (VLLM / f"v0_33_0_rate_sweep_{name}.json").write_text("\n".join(json.dumps(o) for o in objs))
     (VLLM / "v0_33_0_rate_cap.json").write_text(
         json.dumps(vllm_line(eagle, rate=8, cap=32, speculative=True, label="eagle3-topk1")))
+
+    detailed = json.loads((VLLM / "v0_33_0_detailed.json").read_text())
+    for name, spec, label in (("baseline", False, "baseline"), ("eagle3", True, "eagle3-topk1")):
+        objs = [vllm_detailed(detailed, rate=r, speculative=spec, label=label) for r in (1, 2, 4, 8)]
+        (VLLM / f"v0_33_0_rate_detailed_{name}.json").write_text("\n".join(json.dumps(o) for o in objs))
 
     doc = json.loads((AIPERF / "aiperf_0_13_0_rate_errors.json").read_text())
     phase = doc["input_config"]["phases"][0]

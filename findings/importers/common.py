@@ -263,3 +263,83 @@ def split_workloads(points: list[Point], importer: str, workload: str) -> tuple[
         if name not in names:
             names.append(name)
     return out, tuple(names)
+
+
+# --- An SLO given on ingest: goodput from the file's per-request times (D102) -----------------------------------
+
+@dataclass(frozen=True)
+class SloOption:
+    """``--slo-ttft-ms``, ``--slo-tpot-ms``, ``--slo-attainment`` (vLLM's ``--goodput``:
+    a request meets the SLO when it succeeded and each limit given holds)."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    attainment: float | None = None
+
+    @property
+    def set(self) -> bool:
+        return self.ttft_ms is not None or self.tpot_ms is not None
+
+
+def _request_meets(ttft_s: Any, itl: Any, e2e_s: Any, out: Any, error: Any, slo: SloOption) -> bool:
+    if error:
+        return False
+    if slo.ttft_ms is not None and (not isinstance(ttft_s, (int, float)) or ttft_s * 1000 > slo.ttft_ms):
+        return False
+    if slo.tpot_ms is not None and isinstance(out, (int, float)) and out > 1:
+        if isinstance(e2e_s, (int, float)) and isinstance(ttft_s, (int, float)):
+            decode = e2e_s - ttft_s
+        elif isinstance(itl, list):
+            decode = sum(itl)
+        else:
+            return False
+        if decode / (out - 1) * 1000 > slo.tpot_ms:
+            return False
+    return True
+
+
+def apply_slo(run: Run, slo: SloOption) -> Run:
+    """Goodput under ``slo`` for each open-loop point, from its per-request
+    records, as findings bench computes it for its own open loops
+    (bench/metrics.py ``open_loop``): ``slo_met``, ``slo_attainment`` (of all
+    requests sent, failures included), ``goodput_req_s`` (met / the run's
+    duration), and the SLO in ``workload_params``. Refuses a point that has
+    no per-request records, and an SLO for a file with no open-loop point."""
+    from findings.load.spec import DEFAULT_ATTAINMENT  # lazily, as load_axis
+
+    if not slo.set:
+        if slo.attainment is not None:
+            raise InputError(run.source_file or run.run_id, None, None,
+                             "--slo-attainment needs an SLO: give --slo-ttft-ms and/or --slo-tpot-ms")
+        return run
+    if not any(p.workload_params.get("load") == "rate" for p in run.points):
+        raise InputError(run.source_file or run.run_id, None, None,
+                         "an SLO judges open-loop points, and the file has none (no finite request_rate): "
+                         "drop --slo-ttft-ms/--slo-tpot-ms")
+    points = []
+    for p in run.points:
+        if p.workload_params.get("load") != "rate":
+            points.append(p)
+            continue
+        req = p.requests or {}
+        ttft, errors = req.get("ttft_s"), req.get("error")
+        outs, itls, e2e = req.get("output_len"), req.get("itl_s"), req.get("e2e_s")
+        duration = p.metrics.get("duration")
+        if not isinstance(ttft, list) or not isinstance(outs, list) or not duration:
+            raise InputError(p.source_file or run.run_id, p.source_line, None,
+                             "an SLO needs per-request times and a duration, and this record has none "
+                             "(sglang.bench_serving --output-details, vllm bench serve --save-detailed)")
+        n = len(ttft)
+        met = sum(1 for i in range(n) if _request_meets(
+            ttft[i], itls[i] if isinstance(itls, list) else None, e2e[i] if isinstance(e2e, list) else None,
+            outs[i], errors[i] if isinstance(errors, list) else "", slo))
+        metrics = {**p.metrics, "slo_met": float(met), "slo_attainment": met / n if n else 0.0,
+                   "goodput_req_s": met / duration}
+        params: dict[str, Scalar] = dict(p.workload_params)
+        if slo.ttft_ms is not None:
+            params["slo_ttft_ms"] = slo.ttft_ms
+        if slo.tpot_ms is not None:
+            params["slo_tpot_ms"] = slo.tpot_ms
+        params["slo_attainment"] = slo.attainment if slo.attainment is not None else DEFAULT_ATTAINMENT
+        points.append(replace(p, metrics=metrics, workload_params=params))
+    return replace(run, points=tuple(points))

@@ -17,6 +17,10 @@ from findings.core.model import Run
 from findings.store.schema import valid_date, valid_name
 
 
+#: ``--slo-ttft-ms``, ``--slo-tpot-ms``, ``--slo-attainment`` (D102).
+SloOption = common.SloOption
+
+
 @dataclass(frozen=True)
 class Ingested:
     run_id: str
@@ -94,7 +98,8 @@ def _check_point_options(config: str, campaign: str, workload: str, date: str) -
 
 def _ingest_labelled(fmt: str, reader: Callable[..., Run], store_dir: Path, file: str, *, config: str,
                      campaign: str, workload: str, date: str, order: int | None, concurrency: int | None,
-                     environment: str | None, skip_existing: bool, checks: Checks) -> Ingested:
+                     environment: str | None, skip_existing: bool, checks: Checks,
+                     slo: common.SloOption = common.SloOption()) -> Ingested:
     """The formats whose files do not name config, campaign, workload or date."""
     _check_point_options(config, campaign, workload, date)
     src = common.read_source(file)
@@ -106,44 +111,44 @@ def _ingest_labelled(fmt: str, reader: Callable[..., Run], store_dir: Path, file
         environment=common.read_environment(environment),
         skip_lines=_skip(store_dir, skip_existing),
     )
-    return _store(run, store_dir, checks, workload)
+    return _store(common.apply_slo(run, slo), store_dir, checks, workload)
 
 
 def ingest_sglang_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
                         date: str, order: int | None = None, concurrency: int | None = None,
                         environment: str | None = None, skip_existing: bool = False,
-                        checks: Checks = Checks()) -> Ingested:
+                        checks: Checks = Checks(), slo: common.SloOption = common.SloOption()) -> Ingested:
     """``sglang.bench_serving --output-file`` JSONL: one point per line."""
     return _ingest_labelled("sglang-bench", sglang_bench.read, store_dir, file, config=config, campaign=campaign,
                             workload=workload, date=date, order=order, concurrency=concurrency,
-                            environment=environment, skip_existing=skip_existing, checks=checks)
+                            environment=environment, skip_existing=skip_existing, checks=checks, slo=slo)
 
 
 def ingest_vllm_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
                       date: str, order: int | None = None, concurrency: int | None = None,
                       environment: str | None = None, skip_existing: bool = False,
-                      checks: Checks = Checks()) -> Ingested:
+                      checks: Checks = Checks(), slo: common.SloOption = common.SloOption()) -> Ingested:
     """``vllm bench serve --save-result`` JSON: one point per result object."""
     return _ingest_labelled("vllm-bench", vllm_bench.read, store_dir, file, config=config, campaign=campaign,
                             workload=workload, date=date, order=order, concurrency=concurrency,
-                            environment=environment, skip_existing=skip_existing, checks=checks)
+                            environment=environment, skip_existing=skip_existing, checks=checks, slo=slo)
 
 
 def ingest_aiperf(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
                   date: str, order: int | None = None, concurrency: int | None = None,
                   environment: str | None = None, skip_existing: bool = False,
-                  checks: Checks = Checks()) -> Ingested:
+                  checks: Checks = Checks(), slo: common.SloOption = common.SloOption()) -> Ingested:
     """AIPerf ``profile_export_aiperf.json`` (or genai-perf's): one point."""
     return _ingest_labelled("aiperf", aiperf.read, store_dir, file, config=config, campaign=campaign,
                             workload=workload, date=date, order=order, concurrency=concurrency,
-                            environment=environment, skip_existing=skip_existing, checks=checks)
+                            environment=environment, skip_existing=skip_existing, checks=checks, slo=slo)
 
 
 def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campaign: str | None = None,
                 workload: str | None = None, date: str | None = None, order: int | None = None,
                 concurrency: int | None = None, configs: str | None = None,
                 environment: str | None = None, skip_existing: bool = False,
-                checks: Checks = Checks()) -> tuple[str, Ingested]:
+                checks: Checks = Checks(), slo: common.SloOption = common.SloOption()) -> tuple[str, Ingested]:
     """Detect the format of ``file`` by its content, check the options it needs, ingest it.
 
     Returns the detected format's name and what was ingested (with what
@@ -157,7 +162,9 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
                               concurrency=concurrency) from None
     if fmt == "table":
         extra = [name for name, value in (("--config", config), ("--campaign", campaign), ("--workload", workload),
-                                          ("--date", date), ("--order", order), ("--concurrency", concurrency))
+                                          ("--date", date), ("--order", order), ("--concurrency", concurrency),
+                                          ("--slo-ttft-ms", slo.ttft_ms), ("--slo-tpot-ms", slo.tpot_ms),
+                                          ("--slo-attainment", slo.attainment))
                  if value is not None]
         if extra:
             raise SettingsError(f"{file} is a table (campaign, config and workload are its columns): "
@@ -174,7 +181,7 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
     ingest = {"sglang-bench": ingest_sglang_bench, "vllm-bench": ingest_vllm_bench, "aiperf": ingest_aiperf}[fmt]
     return fmt, replace(ingest(store_dir, file, config=config, campaign=campaign, workload=workload, date=date,
                                order=order, concurrency=concurrency, environment=environment,
-                               skip_existing=skip_existing, checks=checks), detected_by=why)
+                               skip_existing=skip_existing, checks=checks, slo=slo), detected_by=why)
 
 
 def _nearest_reason(src: common.Source, refused: detect.Undetected, *, config: str | None, campaign: str | None,

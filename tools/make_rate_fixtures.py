@@ -135,12 +135,15 @@ def vllm_detailed(template: dict, *, rate: float, speculative: bool, label: str,
     calculate_metrics does (numpy mean, median, std, percentile)."""
     import random
 
-    rng = random.Random(seed * 1000 + int(rate * 10) + (1 if speculative else 0))
+    # The same arrivals for every config (vLLM's --seed, 0 by default, draws the schedule),
+    # the server's times per config.
+    arrivals = random.Random(seed * 1000 + int(rate * 10))
+    rng = random.Random(seed * 1000 + int(rate * 10) + (1 if speculative else 0) + 500)
     d = json.loads(json.dumps(template))
     tpot0, ttft0 = _model(rate, speculative)
     starts, t = [], 1000.0
     for _ in range(n):
-        t += rng.expovariate(rate)
+        t += arrivals.expovariate(rate)
         starts.append(t)
     ttfts = [ttft0 / 1000 * rng.uniform(0.7, 1.3) for _ in range(n)]
     itls = [[tpot0 / 1000 * rng.uniform(0.8, 1.2) for _ in range(out - 1)] for _ in range(n)]

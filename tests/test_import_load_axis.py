@@ -472,3 +472,44 @@ def test_an_slo_needs_per_request_times_and_open_loop_points(tmp_path: Path) -> 
     assert ingest(st, "sglang-bench", SGL / "v0_5_23_baseline.jsonl").exit_code == 0  # its suggestion
     r = ingest(st, "vllm-bench", VLLM / "v0_33_0_rate_detailed_baseline.json", "--slo-attainment", "0.8")
     assert r.exit_code == 1 and "--slo-attainment needs an SLO" in one_line(r.output)
+
+
+# ------------------------------------------------------------------ the table's rate axis (D103)
+
+RATE_TABLE = """campaign,date,workload,config,concurrency,request_rate,burstiness,max_concurrency,output_throughput_tok_s,median_tpot_ms,p99_ttft_ms,median_ttft_ms,p99_tpot_ms,slo_tpot_ms,slo_attainment,slo_attainment_measured,goodput_req_s
+pub,2025-06-01,chat,baseline,,1,1,,120.5,20.1,110,80,22,25,0.9,1.0,0.98
+pub,2025-06-01,chat,baseline,,4,1,,480.2,23.0,150,95,25.1,25,0.9,0.95,3.8
+pub,2025-06-01,chat,baseline,,8,1,,930.0,27.5,210,130,31,25,0.9,0.2,1.6
+pub,2025-06-01,chat,eagle3,,1,1,,121.0,13.2,112,78,14,25,0.9,1.0,0.99
+pub,2025-06-01,chat,eagle3,,4,1,,481.0,17.9,149,96,19,25,0.9,1.0,3.97
+pub,2025-06-01,chat,eagle3,,8,1,,955.0,23.8,208,128,26,25,0.9,0.93,7.4
+"""
+
+
+def test_a_published_rate_table_is_entered_and_judged(tmp_path: Path) -> None:
+    f = tmp_path / "published.csv"
+    f.write_text(RATE_TABLE)
+    st = tmp_path / "st"
+    r = cli("ingest", "table", str(f), "--create", store=st)
+    assert r.exit_code == 0, r.output
+    p = next(p for p in store.load(st).points if p.config == "eagle3" and p.workload_params["request_rate"] == 8.0)
+    assert p.workload_params["load"] == "rate" and p.concurrency == DEFAULT_CAP
+    assert (p.workload_params["slo_tpot_ms"], p.workload_params["slo_attainment"]) == (25.0, 0.9)
+    assert (p.metrics["slo_attainment"], p.metrics["goodput_req_s"], p.metrics["median_tpot_ms"]) == (0.93, 7.4, 23.8)
+    got = json.loads(cli("--baseline", "baseline", "conclusions", "--json", store=st).output)["workloads"]["chat"]
+    assert got["candidates"]["eagle3"]["verdicts"] == {"1": "win", "4": "win", "8": "win"}
+    assert {c: s["rate"] for c, s in got["sustained"].items()} == {"baseline": 4.0, "eagle3": 8.0}
+
+
+def test_a_rate_row_with_a_concurrency_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "t.csv"
+    f.write_text("campaign,workload,config,concurrency,request_rate,output_throughput_tok_s\nc,w,b,64,4,10\n")
+    r = cli("ingest", "table", str(f), "--create", store=tmp_path / "st")
+    assert r.exit_code == 1
+    assert one_line(r.output).endswith(":2: field 'concurrency': '64' in a row with request_rate 4: a rate row's "
+                                       "load is its rate; leave concurrency empty (a cap on requests in flight goes "
+                                       "in max_concurrency)")
+    f.write_text("campaign,workload,config,concurrency,request_rate,output_throughput_tok_s\nc,w,b,,4,10\n")
+    assert cli("ingest", "table", str(f), "--create", store=tmp_path / "st").exit_code == 0  # the suggestion
+    (p,) = store.load(tmp_path / "st").points
+    assert p.workload_params["request_rate"] == 4.0 and p.throughput == 10.0

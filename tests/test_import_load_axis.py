@@ -513,3 +513,31 @@ def test_a_rate_row_with_a_concurrency_is_refused(tmp_path: Path) -> None:
     assert cli("ingest", "table", str(f), "--create", store=tmp_path / "st").exit_code == 0  # the suggestion
     (p,) = store.load(tmp_path / "st").points
     assert p.workload_params["request_rate"] == 4.0 and p.throughput == 10.0
+
+
+# ------------------------------------------------------------------ one threshold rule for both axes (D104)
+
+def test_an_open_loop_switch_is_never_at_a_rate_that_measured_against_it(tmp_path: Path) -> None:
+    """The issue's case: on-above, its note said "at 4 req/s, the first win after the losses" where 4 req/s
+    was a tie with TPOT -2.2%. The closed loop skipped such a tie (D90); now the open loop does too."""
+    rows = ["campaign,date,workload,config,concurrency,request_rate,output_throughput_tok_s,median_tpot_ms,"
+            "p99_ttft_ms,server_running_mean"]
+    for rate, base, cand in ((1, 10.0, 12.0), (2, 12.0, 13.5), (4, 15.0, 15.33), (8, 20.0, 17.0),
+                             (16, 30.0, 24.0)):
+        rows.append(f"pub,2025-06-01,chat,baseline,,{rate},100,{base},100,{rate}")
+        rows.append(f"pub,2025-06-01,chat,eagle3,,{rate},100,{cand},100,{rate * 1.5}")
+    f = tmp_path / "t.csv"
+    f.write_text("\n".join(rows) + "\n")
+    st = tmp_path / "st"
+    assert cli("ingest", "table", str(f), "--create", store=st).exit_code == 0
+    got = json.loads(cli("--baseline", "baseline", "conclusions", "--json", store=st).output)["workloads"]["chat"]
+    eagle = got["candidates"]["eagle3"]
+    assert eagle["verdicts"] == {"1": "loss", "2": "loss", "4": "tie", "8": "win", "16": "win"}
+    assert eagle["metrics"]["4"]["median_tpot_ms"]["ratio"] < 1  # the tie measured against speculation
+    assert (eagle["policy"], eagle["threshold"]) == ("on-above", 8.0)
+    deploy = json.loads(cli("--baseline", "baseline", "deploy", "--json", store=st).output)
+    entry = deploy["workloads"]["chat"]["eagle3"]
+    assert (entry["threshold_rate"], entry["threshold"]) == (8.0, 12)  # its running batch there, 8 x 1.5
+    assert entry["notes"] == ["The threshold is a measured running batch: at 8 req/s, the first rate after them "
+                              "(TPOT p50 +17.6%, a win), eagle3's server ran 12.00 requests on average (its gauge), "
+                              "so the switch is at a running batch of 12."]

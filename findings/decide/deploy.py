@@ -632,8 +632,13 @@ def _rate_threshold(rc: RateCandidate) -> tuple[int | None, str | None]:
                       "there, so the batch size the engines switch on is not known: no schedule is safe to emit "
                       "(measure with running_sample_s > 0).")
     batch = max(1, round(rc.threshold_batch))
-    return batch, (f"The threshold is a measured running batch: at {rate}, the "
-                   f"{'last rate before the losses' if rc.policy == 'on-below' else 'first win after the losses'}, "
+    where = "the last rate before the losses" if rc.policy == "on-below" else "the first rate after them"
+    at = next((v for v in rc.verdicts if v.rate == rc.threshold_rate), None)
+    if at is not None:  # what it measured there, as the verdict table shows it (D104)
+        comp = at.by_metric[at.decided_by]
+        metric = "goodput" if at.decided_by == "goodput_req_s" else "TPOT p50"
+        where += f" ({metric} {(comp.ratio - 1) * 100:+.1f}%, a {at.verdict})"
+    return batch, (f"The threshold is a measured running batch: at {rate}, {where}, "
                    f"{rc.config}'s server ran {rc.threshold_batch:.2f} requests on average (its gauge), "
                    f"so the switch is at a running batch of {batch}.")
 

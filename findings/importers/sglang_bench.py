@@ -46,7 +46,7 @@ VERSION = "1"
 
 #: Top-level keys that describe the workload sent, not a measurement.
 WORKLOAD_KEYS = (
-    "backend", "dataset_name", "request_rate", "sharegpt_output_len",
+    "backend", "dataset_name", "request_rate", "burstiness", "sharegpt_output_len",
     "random_input_len", "random_output_len", "random_range_ratio", "tag",
 )
 #: Per-request lists written by ``--output-details`` (ttfts/itls in seconds).
@@ -171,8 +171,9 @@ def read(
         if (tput is None or tput < 0) and completed != 0:
             raise InputError(src.path, line, "output_throughput", "expected a number >= 0")
         # sglang writes request_rate as the float it parsed (Infinity by default)
-        # and no burstiness: its arrivals are Poisson (np.random.exponential).
-        load = load_axis(src.path, line, rate=doc.get("request_rate"), burstiness=None,
+        # and, through 0.5.23, no burstiness: its arrivals are Poisson
+        # (np.random.exponential); a line that records one is read as it says.
+        load = load_axis(src.path, line, rate=doc.get("request_rate"), burstiness=doc.get("burstiness"),
                          cap=doc.get("max_concurrency"), given=concurrency, burstiness_default=1.0)
         loads.append(load)
         metrics: dict[str, float] = {THROUGHPUT: tput} if tput is not None else {}

@@ -464,8 +464,8 @@ def test_an_slo_needs_per_request_times_and_open_loop_points(tmp_path: Path) -> 
     r = ingest(st, "vllm-bench", VLLM / "v0_33_0_rate_sweep_eagle3.json", "--slo-tpot-ms", "25")
     assert r.exit_code == 1 and nothing_written(st)
     assert one_line(r.output).endswith(":1: an SLO needs per-request times and a duration, and this record has "
-                                       "none (sglang.bench_serving --output-details, vllm bench serve "
-                                       "--save-detailed)")
+                                       "none (sglang.bench_serving writes them with --output-details, vllm bench "
+                                       "serve with --save-detailed; an AIPerf or genai-perf summary never does)")
     r = ingest(st, "sglang-bench", SGL / "v0_5_23_baseline.jsonl", "--slo-tpot-ms", "25")
     assert r.exit_code == 1 and "the file has none (no finite request_rate): drop --slo-ttft-ms/--slo-tpot-ms" \
         in one_line(r.output)

@@ -130,9 +130,10 @@ def make_run(src: Source, importer: str, version: str, source: str, *,
 
 # --- The load axis a file records (D97) -------------------------------------------------------------------------
 
-#: What a file's ``request_rate`` is: None (not recorded), ``math.inf`` (every
-#: request at once, or as fast as the concurrency allows) or a rate in requests/s.
 def parse_rate(path: str, line: int | None, key: str, value: Any) -> float | None:
+    """What a file's ``request_rate`` is: None (not recorded), ``math.inf``
+    (every request at once, or as fast as the concurrency allows) or a rate
+    in requests/s."""
     if value is None:
         return None
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "+inf"):
@@ -328,7 +329,8 @@ def apply_slo(run: Run, slo: SloOption) -> Run:
         if not isinstance(ttft, list) or not isinstance(outs, list) or not duration:
             raise InputError(p.source_file or run.run_id, p.source_line, None,
                              "an SLO needs per-request times and a duration, and this record has none "
-                             "(sglang.bench_serving --output-details, vllm bench serve --save-detailed)")
+                             "(sglang.bench_serving writes them with --output-details, vllm bench serve with "
+                             "--save-detailed; an AIPerf or genai-perf summary never does)")
         n = len(ttft)
         met = sum(1 for i in range(n) if _request_meets(
             ttft[i], itls[i] if isinstance(itls, list) else None, e2e[i] if isinstance(e2e, list) else None,

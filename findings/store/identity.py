@@ -5,7 +5,9 @@ written (findings/store/__init__.py), so a mislabelled import is refused with on
 line naming the differing keys, instead of being pooled (D89):
 
 - a **workload** name has one definition across the store: input and output
-  lengths, the prompt set or dataset hash, ``ignore_eos``, the API;
+  lengths, the prompt set or dataset hash, ``ignore_eos``, the API; within
+  one run too, even under ``--allow-workload-change`` (D98: the importers
+  split a file by definition, so only a table or a hand-made run gets here);
 - within one **campaign**, a config name has one set of **facts**
   (facts may change between campaigns: that is how regressions are explained);
 - the **baseline** does not speculate by its recorded facts.
@@ -114,8 +116,8 @@ class Known:
 
     def workload_conflicts(self, run: Run) -> list[str]:
         """Why ``run`` redefines a workload name stored before: one phrase per
-        differing key; empty when it does not (see ``several_definitions``
-        for a run that defines one name twice itself)."""
+        workload, naming each differing key once; empty when it does not (see
+        ``several_definitions`` for a run that defines one name twice itself)."""
         mine = workload_definitions(run)
         out: list[str] = []
         for name, keys in sorted(mine.items()):

@@ -541,3 +541,17 @@ def test_an_open_loop_switch_is_never_at_a_rate_that_measured_against_it(tmp_pat
     assert entry["notes"] == ["The threshold is a measured running batch: at 8 req/s, the first rate after them "
                               "(TPOT p50 +17.6%, a win), eagle3's server ran 12.00 requests on average (its gauge), "
                               "so the switch is at a running batch of 12."]
+
+
+def test_an_open_loop_off_policy_speaks_of_rates(tmp_path: Path) -> None:
+    rows = ["campaign,date,workload,config,concurrency,request_rate,output_throughput_tok_s,median_tpot_ms,p99_ttft_ms"]
+    for rate in (2, 4, 8):
+        rows += [f"pub,2025-06-01,chat,baseline,,{rate},100,10,100", f"pub,2025-06-01,chat,eagle3,,{rate},100,11,100"]
+    f = tmp_path / "t.csv"
+    f.write_text("\n".join(rows) + "\n")
+    st = tmp_path / "st"
+    assert cli("ingest", "table", str(f), "--create", store=st).exit_code == 0
+    entry = json.loads(cli("--baseline", "baseline", "deploy", "--json", store=st).output)["workloads"]["chat"]["eagle3"]
+    assert entry["policy"] == "off"
+    assert entry["vllm"]["reason"] == "speculation never won at any measured rate: launch vLLM without " \
+                                      "--speculative-config"

@@ -126,6 +126,20 @@ def ingest_table(obj: Context, file: str, configs: str | None, environment: str 
                     _checks(s, allow_workload_change, create)).summary())
 
 
+_SLO_OPTIONS = [
+    click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+                 help="Open-loop points: goodput counts requests with TTFT at or under this (per-request times)."),
+    click.option("--slo-tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+                 help="Open-loop points: ... and TPOT at or under this."),
+    click.option("--slo-attainment", type=click.FloatRange(min=0, max=1, min_open=True), default=None,
+                 help="Share of requests that must meet the SLO for a rate to count as sustained (0.9)."),
+]
+
+
+def _slo(kw: dict[str, Any]) -> ingest_lib.SloOption:
+    return ingest_lib.SloOption(kw.pop("slo_ttft_ms"), kw.pop("slo_tpot_ms"), kw.pop("slo_attainment"))
+
+
 def _labelled_file_options(fn: Any) -> Any:
     """Options of the importers whose files do not name config, campaign, workload or date."""
     for option in reversed([
@@ -135,7 +149,8 @@ def _labelled_file_options(fn: Any) -> Any:
         click.option("--date", required=True, metavar="YYYY-MM-DD", help="When the campaign was measured."),
         click.option("--order", type=int, default=None, help="Tie-break among campaigns of the same date."),
         click.option("--concurrency", type=click.IntRange(min=1), default=None,
-                     help="C for results that do not record their max concurrency."),
+                     help="C for closed-loop results that do not record their concurrency (never for rates)."),
+        *_SLO_OPTIONS,
         click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML)."),
         click.option("--skip-existing", is_flag=True, help="Ingest only records not already in the store."),
         click.option("--allow-workload-change", is_flag=True, help=_ALLOW_HELP),
@@ -148,7 +163,8 @@ def _labelled_file_options(fn: Any) -> Any:
 def _ingest_labelled(obj: Context, fn: Any, file: str, allow_workload_change: bool, create: bool,
                      **kw: Any) -> None:
     s = _run(obj.settings)
-    click.echo(_run(fn, s.store, file, checks=_checks(s, allow_workload_change, create), **kw).summary())
+    slo = _slo(kw)
+    click.echo(_run(fn, s.store, file, checks=_checks(s, allow_workload_change, create), slo=slo, **kw).summary())
 
 
 @ingest.command("sglang-bench")
@@ -196,7 +212,10 @@ def ingest_recovery(obj: Context, file: str, create: bool) -> None:
 @click.option("--date", default=None, metavar="YYYY-MM-DD", help="Campaign date (idem).")
 @click.option("--order", type=int, default=None, help="Tie-break among campaigns of the same date.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None,
-              help="C for results that do not record their max concurrency.")
+              help="C for closed-loop results that do not record their concurrency (never for rates).")
+@_SLO_OPTIONS[0]
+@_SLO_OPTIONS[1]
+@_SLO_OPTIONS[2]
 @click.option("--configs", metavar="CONFIGS.csv", default=None, help="Table format: config facts.")
 @click.option("--environment", metavar="ENV.toml", default=None, help="Hardware/software facts (flat TOML).")
 @click.option("--skip-existing", is_flag=True, help="Ingest only records not already in the store.")
@@ -206,8 +225,9 @@ def ingest_recovery(obj: Context, file: str, create: bool) -> None:
 def ingest_auto(obj: Context, /, file: str, allow_workload_change: bool, create: bool, **kw: Any) -> None:
     """Detect the format of FILE (table, sglang-bench, vllm-bench, aiperf), say which, and import it."""
     s = _run(obj.settings)
+    slo = _slo(kw)
     fmt_name, result = _run(ingest_lib.ingest_auto, s.store, file, checks=_checks(s, allow_workload_change, create),
-                            **kw)
+                            slo=slo, **kw)
     click.echo(f"detected format: {fmt_name} ({result.detected_by})")
     click.echo(result.summary())
 

@@ -103,7 +103,8 @@ def report() -> str:
 # ---------------------------------------------------------------- the oracle
 
 #: InputErrors about the file as a whole, which have no line to name.
-FILE_LEVEL = re.compile(r"empty|no data rows|nothing to add|not UTF-8|no result lines|cannot read")
+FILE_LEVEL = re.compile(r"empty|no data rows|nothing to add|not UTF-8|no result lines|cannot read|"
+                        r"--concurrency \d+ does not apply")  # an option that places no record (D97)
 
 
 def check_error(target: str, exc: FindingsError, paths: tuple[str, ...], *, line_rule: bool) -> None:

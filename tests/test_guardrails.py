@@ -114,18 +114,21 @@ def test_a_workload_redefinition_is_refused_naming_the_key(tmp_path):
                                                                            '"random_output_len": 500'))
     r = _ingest(st, "sglang-bench", longer, "baseline", "c3", "W", "2026-01-03")
     assert r.exit_code == 1 and "output_len=500 here, output_len=512" in r.output
+    assert r.output.count("workload 'W'") == 1  # one phrase per workload (issue 37)
     # the name now pools two definitions, as allowed: store check says so (a warning, not an error)
     r = cli("store", "check", store=st)
     assert r.exit_code == 0 and "workload 'W': input_len=" in r.output  # (runs of one second: either order)
     assert "0 errors, 1 warnings" in r.output and "findings store relabel" in r.output
 
 
-def test_one_file_defining_a_workload_twice_is_refused(tmp_path):
+def test_one_file_defining_a_workload_twice_is_split_by_definition(tmp_path):
+    """Issue 37 (D98): sglang.bench_serving appends every run to one file, so
+    a file with two lengths holds two workloads; once refused."""
     lines = (SGL / "v0_5_23_baseline.jsonl").read_text().splitlines()
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(lines[0] + "\n" + lines[1].replace('"random_input_len": 1024', '"random_input_len": 64') + "\n")
     r = _ingest(tmp_path / "st", "sglang-bench", mixed, "baseline", "c1", "W")
-    assert r.exit_code == 1 and "this file gives it several definitions (input_len=1024, input_len=64)" in r.output
+    assert r.exit_code == 0 and "split by definition into workloads: W-in1024, W-in64" in r.output
 
 
 def test_a_baseline_that_speculates_by_its_facts_is_refused(tmp_path):

@@ -65,13 +65,19 @@ def test_old_0_4_format_without_tag_server_info_or_p90():
     assert "tag" not in p.workload_params
 
 
-def test_0_3_format_needs_concurrency():
-    with pytest.raises(InputError, match="max_concurrency.*--concurrency") as exc:
+def test_0_3_format_rates_on_the_rate_axis_inf_needs_concurrency():
+    # 0.3.6 --multi --request-rate-range 1,2 then the default inf: no
+    # max_concurrency key at all. The rates are open-loop points (D97); only
+    # the inf line needs --concurrency, and it never turns rates into repeats.
+    with pytest.raises(InputError, match="max_concurrency.*request_rate inf.*--concurrency") as exc:
         read("old_format_v0_3_6.jsonl")
-    assert exc.value.line == 1
+    assert exc.value.line == 3
     run = read("old_format_v0_3_6.jsonl", concurrency=64)
-    assert {p.concurrency for p in run.points} == {64}
-    assert [p.workload_params["request_rate"] for p in run.points] == [1, 2, "inf"]
+    rate1, rate2, inf = run.points
+    assert [p.workload_params["request_rate"] for p in run.points] == [1.0, 2.0, "inf"]
+    assert rate1.workload_params["load"] == rate2.workload_params["load"] == "rate"
+    assert rate1.workload_params["burstiness"] == 1.0 and "max_concurrency" not in rate1.workload_params
+    assert "load" not in inf.workload_params and inf.concurrency == 64
 
 
 def test_output_details_become_per_request_records():

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import FIXTURES, HISTORY, SGL
 
 from findings.importers import ingest
@@ -19,7 +20,8 @@ from findings import store
 from findings.core.errors import DuplicateError, InputError, SettingsError
 from findings.importers import aiperf, common, detect, vllm_bench
 from findings.core.model import THROUGHPUT
-from findings.store.schema import run_from_dict, run_to_dict
+from findings.load.spec import DEFAULT_CAP
+from findings.store.schema import records_in, run_from_dict, run_to_dict
 
 VLLM = FIXTURES / "vllm_bench"
 AIPERF = FIXTURES / "aiperf"
@@ -56,7 +58,7 @@ VLLM_FIXTURES = sorted(p.name for p in VLLM.glob("*.json"))
 
 @pytest.mark.parametrize("name", VLLM_FIXTURES)
 def test_vllm_every_numeric_key_is_kept_under_its_name(name: str) -> None:
-    run = vread(name, concurrency=64)
+    run = vread(name)  # every file records its load (D97): no --concurrency
     roundtrip(run)
     docs = [json.loads(line) for line in (VLLM / name).read_text().splitlines() if line.strip()]
     assert len(run.points) == len(docs)
@@ -65,7 +67,7 @@ def test_vllm_every_numeric_key_is_kept_under_its_name(name: str) -> None:
             assert p.throughput == doc["output_throughput"]
         else:  # latency statistics only (vllm-ascend's copy): throughput unknown, not zero
             assert THROUGHPUT not in p.metrics
-        assert p.concurrency == (doc["max_concurrency"] or 64)
+        assert p.concurrency == (doc["max_concurrency"] or DEFAULT_CAP)
         for key, value in doc.items():
             if key in vllm_bench.WORKLOAD_KEYS or key in ("max_concurrency", "output_throughput"):
                 continue
@@ -73,6 +75,7 @@ def test_vllm_every_numeric_key_is_kept_under_its_name(name: str) -> None:
                 assert p.metrics[vllm_bench.RENAMED.get(key, key)] == value, key
         assert "output_throughput" not in p.metrics and "spec_decode_acceptance_length" not in p.metrics
         assert p.workload_params["request_rate"] == ("inf" if doc["request_rate"] == "inf" else doc["request_rate"])
+        assert p.workload_params.get("load") == (None if doc["request_rate"] == "inf" else "rate")
         assert p.workload_params["num_prompts"] == doc["num_prompts"]
         assert "date" not in p.workload_params and "model_id" not in p.workload_params
     assert run.configs[ARGS["config"]] == {"model_path": docs[0]["model_id"]}
@@ -128,20 +131,21 @@ def test_vllm_old_formats() -> None:
     assert p.metrics["failed"] == doc["num_prompts"] - doc["completed"] and p.metrics["planned"] == doc["num_prompts"]
 
 
-def test_vllm_without_max_concurrency_needs_concurrency() -> None:
-    with pytest.raises(InputError, match="max_concurrency.*pass --concurrency N") as exc:
-        vread("v0_33_0_rate_no_max_concurrency.json")
-    assert (exc.value.line, exc.value.field) == (1, "max_concurrency")
-    p = vread("v0_33_0_rate_no_max_concurrency.json", concurrency=40).points[0]
-    assert p.concurrency == 40
+def test_vllm_request_rate_without_max_concurrency_is_an_open_loop_point() -> None:
+    # Once refused with "pass --concurrency N", which stored the rate as a C (issue 37).
+    p = vread("v0_33_0_rate_no_max_concurrency.json").points[0]
+    assert p.workload_params["load"] == "rate" and p.workload_params["request_rate"] == 10.0
     assert p.workload_params["burstiness"] == "inf"  # Infinity in the file
-    assert p.workload_params["request_rate"] == 10.0
+    assert "max_concurrency" not in p.workload_params and p.concurrency == DEFAULT_CAP
+    with pytest.raises(InputError, match=r"^[^;]*--concurrency 40 does not apply: the file records request "
+                                         r"rate 10 req/s with no concurrency cap .*; drop --concurrency$"):
+        vread("v0_33_0_rate_no_max_concurrency.json", concurrency=40)
 
 
 def test_vllm_append_result_file_is_one_point_per_line() -> None:
     run = vread("v0_33_0_append.json")
     assert [(p.concurrency, p.source_line) for p in run.points] == [(1, 1), (8, 2)]
-    assert len(run.line_hashes) == 2
+    assert records_in(run.line_hashes) == 2  # each record: a byte hash and a record hash (D99)
 
 
 def test_vllm_pretty_printed_single_object_is_accepted() -> None:
@@ -239,7 +243,7 @@ def _metric_objects(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.parametrize("name", [n for n in AIPERF_FIXTURES if "all_failed" not in n])
 def test_aiperf_mapped_values_equal_the_file(name: str) -> None:
-    run = aread(name, concurrency=64)
+    run = aread(name)
     roundtrip(run)
     (p,) = run.points
     objs = _metric_objects(raw(AIPERF / name))
@@ -279,13 +283,15 @@ def test_aiperf_0_13_concurrency_phase_and_speculation() -> None:
     assert p.note is None
 
 
-def test_aiperf_0_13_rate_run_with_errors_needs_concurrency() -> None:
-    with pytest.raises(InputError, match="no concurrency in the file.*--concurrency N") as exc:
-        aread("aiperf_0_13_0_rate_errors.json")
-    assert exc.value.field == "input_config.phases[0].concurrency"
+def test_aiperf_0_13_rate_run_with_errors_is_an_open_loop_point() -> None:
+    # Once refused with "no concurrency in the file (a request-rate run?); pass --concurrency N".
     doc = raw(AIPERF / "aiperf_0_13_0_rate_errors.json")
-    p = aread("aiperf_0_13_0_rate_errors.json", concurrency=16).points[0]
-    assert p.concurrency == 16
+    p = aread("aiperf_0_13_0_rate_errors.json").points[0]
+    assert p.workload_params["load"] == "rate" and p.workload_params["request_rate"] == 4.0
+    assert p.workload_params["burstiness"] == 1.0  # a poisson phase
+    assert p.concurrency == DEFAULT_CAP and "max_concurrency" not in p.workload_params
+    with pytest.raises(InputError, match="--concurrency 16 does not apply"):
+        aread("aiperf_0_13_0_rate_errors.json", concurrency=16)
     assert p.metrics["failed"] == doc["error_request_count"]["avg"] == 3
     assert p.metrics["planned"] == doc["completed_request_count"]["avg"] == 100
     assert p.workload_params["request_rate"] == 4.0 and p.workload_params["load_type"] == "poisson"
@@ -500,7 +506,10 @@ def test_ingest_auto_table_with_configs(tmp_path: Path) -> None:
 
 def test_ingest_auto_passes_concurrency_and_skip_existing(tmp_path: Path) -> None:
     s = tmp_path / "store"
-    f = str(VLLM / "v0_33_0_rate_no_max_concurrency.json")
+    doc = raw(VLLM / "v0_33_0_eagle3_c30.json")
+    doc["max_concurrency"] = None  # an infinite rate with no cap: the file leaves the concurrency out
+    f = str(tmp_path / "nocap.json")
+    Path(f).write_text(json.dumps(doc))
     with pytest.raises(InputError, match="pass --concurrency N"):
         ingest.ingest_auto(s, f, **POINT_OPTS)
     fmt, got = ingest.ingest_auto(s, f, **POINT_OPTS, concurrency=50, order=2)
@@ -582,23 +591,25 @@ def test_vllm_latency_only_file_is_stored_with_throughput_unknown(tmp_path: Path
     """vllm-ascend's February 2025 benchmark_serving.py wrote TTFT/TPOT/ITL
     statistics only: stored, throughput and counts unknown (never zero),
     never in a throughput verdict, shown in its campaign."""
-    run = vread("benchmark_serving_2025_02_latency_only.json", concurrency=16)
+    run = vread("benchmark_serving_2025_02_latency_only.json")
     (p,) = run.points
     assert THROUGHPUT not in p.metrics and "completed" not in p.metrics and "failed" not in p.metrics
     assert p.metrics["mean_ttft_ms"] == raw(VLLM / "benchmark_serving_2025_02_latency_only.json")["mean_ttft_ms"]
     assert p.metrics["p99_itl_ms"] > 0
+    # Its file name says qps_4 and it records request_rate 4: an open-loop point at 4 req/s (D97),
+    # no longer a C given by --concurrency.
+    assert (p.workload_params["load"], p.workload_params["request_rate"]) == ("rate", 4.0)
     s = tmp_path / "st"
-    fmt, got = ingest.ingest_auto(s, str(VLLM / "benchmark_serving_2025_02_latency_only.json"), **POINT_OPTS,
-                                  concurrency=16)
+    fmt, got = ingest.ingest_auto(s, str(VLLM / "benchmark_serving_2025_02_latency_only.json"), **POINT_OPTS)
     assert fmt == "vllm-bench" and "with latency statistics only" in (got.detected_by or "")
     from conftest import cli
     text = cli("conclusions", store=s).output
-    assert text.strip() == "1 points in the store, no closed-loop comparison: 1 with latencies only " \
-                           "(throughput unknown)"
+    assert text.splitlines()[0] == "1 points in the store, no closed-loop comparison: 1 open-loop points " \
+                                   "(judged by request rate, below); 1 with latencies only (throughput unknown)"
     doc = cli("--settings", str(FIXTURES.parent.parent / "findings.toml"), "render", "--output", "-", store=s).output
-    campaign = doc.split("### `auto`")[1].split("\n## ")[0]
-    row16 = next(x for x in campaign.splitlines() if x.startswith("|  16 |"))
-    assert [c.strip() for c in row16.strip("|").split("|")][2:] == ["—", "P1"]  # shown, its throughput unknown
+    row = next(line for line in doc.splitlines() if line.startswith("| eagle3-topk1-v2 ") and "| auto " in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "4" and cells[5] == f"{p.metrics['p99_ttft_ms']:.1f}"  # on the rate axis, its TTFT p99
     row = next(x for x in doc.splitlines() if x.startswith("| P1") and "vllm-bench-" in x)  # the appendix
     import re
     assert re.search(r"\|\s+n/a\s+\| unknown\s+\|", row)  # throughput n/a, requests unknown, not 0

@@ -302,19 +302,20 @@ WITHOUT = {"sglang": "launch SGLang without --speculative-algorithm (no speculat
            "vllm": "launch vLLM without --speculative-config"}
 
 
-def _nothing(engine: str, policy: str) -> EngineOutcome | None:
-    """The outcome of a policy that deploys no schedule and no speculation."""
+def _nothing(engine: str, policy: str, axis: str = "C") -> EngineOutcome | None:
+    """The outcome of a policy that deploys no schedule and no speculation
+    (``axis``: "C", or "rate" for an open loop's policy)."""
     if policy == "off":
-        return EngineOutcome(engine, "off", f"speculation never won at any measured C: {WITHOUT[engine]}")
+        return EngineOutcome(engine, "off", f"speculation never won at any measured {axis}: {WITHOUT[engine]}")
     if policy in ("no-difference", "inconclusive"):
-        return EngineOutcome(engine, "unchanged", _unchanged(policy))
+        return EngineOutcome(engine, "unchanged", _unchanged(policy, axis))
     return None
 
 
-def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: str) -> EngineOutcome:
+def _sglang(policy: str, threshold: int | None, f: Facts, largest: int, path: str, axis: str = "C") -> EngineOutcome:
     """``path``: the adaptive file's name, as the flags refer to it."""
     e = "sglang"
-    nothing = _nothing(e, policy)
+    nothing = _nothing(e, policy, axis)
     if nothing is not None:
         return nothing
     why = _sglang_name_refusal(f) or (_sglang_refusal(f) if policy != "always-on" else None)
@@ -434,9 +435,10 @@ def _sglang_refusal(f: Facts) -> str | None:
     return None
 
 
-def _vllm(policy: str, threshold: int | None, f: Facts, largest: int, draft_model: str | None) -> EngineOutcome:
+def _vllm(policy: str, threshold: int | None, f: Facts, largest: int, draft_model: str | None,
+          axis: str = "C") -> EngineOutcome:
     e = "vllm"
-    nothing = _nothing(e, policy)
+    nothing = _nothing(e, policy, axis)
     if nothing is not None:
         return nothing
     why = _vllm_refusal(f, scheduled=policy not in ("always-on",))
@@ -507,9 +509,9 @@ def _vllm_refusal(f: Facts, scheduled: bool) -> str | None:
     return None
 
 
-def _unchanged(policy: str) -> str:
+def _unchanged(policy: str, axis: str = "C") -> str:
     if policy == "no-difference":
-        return "no measurable difference at any measured C: nothing to gain by changing the deployment"
+        return f"no measurable difference at any measured {axis}: nothing to gain by changing the deployment"
     return ("wins and losses do not split at one threshold (or nothing was compared): no policy is safe to "
             "deploy; measure more")
 
@@ -609,9 +611,10 @@ def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None
                 if engine == "sglang":
                     name = file_name(oc.workload, rc.config)
                     outcomes.append(_sglang(pol, threshold, f, largest,
-                                            f"{adaptive_dir.rstrip('/')}/{name}" if adaptive_dir else name))
+                                            f"{adaptive_dir.rstrip('/')}/{name}" if adaptive_dir else name,
+                                            axis="rate"))
                 else:
-                    outcomes.append(_vllm(pol, threshold, f, largest, draft_model))
+                    outcomes.append(_vllm(pol, threshold, f, largest, draft_model, axis="rate"))
             simulated = ("SIMULATED: derived from the findings emulator's model, not from a measured server; "
                          "these settings show the mechanics, not a deployment to make." if oc.simulated else None)
             out.append(Deployment(workload=oc.workload, config=rc.config, policy=pol, threshold=threshold,
@@ -632,8 +635,13 @@ def _rate_threshold(rc: RateCandidate) -> tuple[int | None, str | None]:
                       "there, so the batch size the engines switch on is not known: no schedule is safe to emit "
                       "(measure with running_sample_s > 0).")
     batch = max(1, round(rc.threshold_batch))
-    return batch, (f"The threshold is a measured running batch: at {rate}, the "
-                   f"{'last rate before the losses' if rc.policy == 'on-below' else 'first win after the losses'}, "
+    where = "the last rate before the losses" if rc.policy == "on-below" else "the first rate after them"
+    at = next((v for v in rc.verdicts if v.rate == rc.threshold_rate), None)
+    if at is not None:  # what it measured there, as the verdict table shows it (D104)
+        comp = at.by_metric[at.decided_by]
+        metric = "goodput" if at.decided_by == "goodput_req_s" else "TPOT p50"
+        where += f" ({metric} {(comp.ratio - 1) * 100:+.1f}%, a {at.verdict})"
+    return batch, (f"The threshold is a measured running batch: at {rate}, {where}, "
                    f"{rc.config}'s server ran {rc.threshold_batch:.2f} requests on average (its gauge), "
                    f"so the switch is at a running batch of {batch}.")
 

@@ -461,8 +461,8 @@ def policy(verdicts: list[tuple[int, str]], ratios: list[float] | None = None) -
     against it. ``on-below`` T: the last C before the first loss whose
     ratio is at least 1 (a win, or a tie that measured for speculation);
     ``on-above`` T: the first C after the last loss whose ratio is at least 1.
-    Without ``ratios`` (the open loop's rate verdicts), the C next to the
-    losses."""
+    The open loop passes its rates with the deciding metric's ratio (D104).
+    Without ``ratios``, the C next to the losses."""
     keep = [i for i, (_, v) in enumerate(verdicts) if v != NOT_COMPARABLE]
     rs = [ratios[i] for i in keep] if ratios is not None else None
     verdicts = [verdicts[i] for i in keep]

@@ -408,7 +408,11 @@ def conclude(data: Dataset, rules: Rules, flags: Mapping[str, tuple[str, ...]]) 
                         d.b.config, d.b.campaign, d.b.point_ids)))
             # The policy of analysis.policy over the rates in order; its
             # threshold is an index into them (on at rates up to, or from, it).
-            pol, at = policy([(i, v.verdict) for i, v in enumerate(vs)])
+            # One threshold rule for both axes (D90, D104): each rate's ratio
+            # is the deciding metric's, so a tie that measured against
+            # speculation is never the switch.
+            pol, at = policy([(i, v.verdict) for i, v in enumerate(vs)],
+                             [v.by_metric[v.decided_by].ratio for v in vs])
             threshold = batch = None
             if at is not None:
                 threshold = vs[at].rate

@@ -21,9 +21,13 @@ Names follow the store's (sglang.bench_serving's) vocabulary:
 - where ``{stat}`` is ``mean`` (avg), ``median`` (p50), ``p90``, ``p95``,
   ``p99``, ``std``, ``min`` or ``max`` (the lower percentiles are dropped).
 
-The concurrency is read from ``input_config`` (the profiling ``phases`` in
-AIPerf 0.13, ``loadgen`` in 0.1 and 0.6, ``perf_analyzer.stimulus`` or
-``concurrency`` in genai-perf), or else given with ``--concurrency``.
+The load is read from ``input_config`` (the profiling ``phases`` in AIPerf
+0.13, ``loadgen`` in 0.1 and 0.6, ``perf_analyzer.stimulus`` or the top level
+in genai-perf), D97: a request rate makes an open-loop point at that rate
+(burstiness from the phase type: poisson 1, constant inf, gamma its
+smoothness), capped by a concurrency where one is recorded; without a rate
+the point is a closed loop at the recorded concurrency, or else at
+``--concurrency``.
 
 Failures: ``request_count`` counts successes and ``error_request_count``
 failures. AIPerf writes the latter only when a request failed (an
@@ -45,7 +49,8 @@ import math
 from typing import Any, Mapping
 
 from findings.core.errors import InputError
-from findings.importers.common import Source, line_hash, make_run, run_id
+from findings.importers.common import (Source, check_given_used, line_hash, load_axis, make_run, record_hash,
+                                       run_id)
 from findings.importers.vllm_bench import field, finite_number, workload_value
 from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.store.schema import point_id
@@ -197,7 +202,15 @@ def _metrics(path: str, doc: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _is_aiperf(doc: Mapping[str, Any]) -> bool:
-    """AIPerf (any version), not genai-perf."""
+    """AIPerf (any version), not genai-perf: by the command line it records
+    (``run_info.cli_command`` in 0.13, ``input_config.cli_command`` before;
+    ``aiperf profile ...`` or ``genai-perf profile ...``), else by the keys
+    only AIPerf writes."""
+    for command in (_get(doc, "run_info", "cli_command"), _get(doc, "input_config", "cli_command")):
+        if isinstance(command, str) and command.split():
+            tool = command.split()[0].rsplit("/", 1)[-1]
+            if tool in ("aiperf", "genai-perf"):
+                return tool == "aiperf"
     return "aiperf_version" in doc or "records" in doc or "schema_version" in doc
 
 
@@ -222,8 +235,16 @@ def _phases(cfg: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
             if (p.get("kind") or p.get("name")) == "profiling" and not p.get("exclude_from_results")]
 
 
-def _load(cfg: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
-    """Candidate concurrency values (JSON path, value) and the load's workload parameters."""
+#: AIPerf 0.13 rate phase types -> burstiness (vLLM's gamma shape; AIPerf's
+#: ``smoothness`` is the same shape, 1.0 = Poisson, ``aiperf/config/phases.py``).
+PHASE_BURSTINESS: dict[str, Scalar] = {"poisson": 1.0, "constant": "inf", "gamma": 1.0}
+#: AIPerf 0.1/0.6 ``loadgen.request_rate_mode`` -> burstiness.
+RATE_MODE_BURSTINESS: dict[str, Scalar] = {"poisson": 1.0, "constant": "inf"}
+
+
+def _load(cfg: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], dict[str, Any], Any]:
+    """Candidate concurrency values (JSON path, value), the load's workload
+    parameters (``request_rate`` among them) and the burstiness (None: unknown)."""
     phases = _phases(cfg)
     if phases:
         found = []
@@ -233,20 +254,26 @@ def _load(cfg: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], dict[str, Any]
                 c = 1  # ConcurrencyPhase's default; exclude_unset drops it from the file
             found.append((f"{where}.concurrency", c))
         p = phases[0][1]
-        return found, {"load_type": p.get("type"), "request_rate": p.get("rate"), "request_count": p.get("requests")}
+        kind = p.get("type")
+        burst = p.get("smoothness") if kind == "gamma" and p.get("smoothness") is not None else \
+            PHASE_BURSTINESS.get(kind) if isinstance(kind, str) else None
+        return found, {"load_type": kind, "request_rate": p.get("rate"), "request_count": p.get("requests")}, burst
     loadgen = cfg.get("loadgen")
     if isinstance(loadgen, dict):  # AIPerf UserConfig (0.1.1, 0.6.0)
+        mode = loadgen.get("request_rate_mode")
         return ([("input_config.loadgen.concurrency", loadgen.get("concurrency"))],
-                {"request_rate": loadgen.get("request_rate"), "request_count": loadgen.get("request_count")})
+                {"request_rate": loadgen.get("request_rate"), "request_count": loadgen.get("request_count")},
+                RATE_MODE_BURSTINESS.get(mode) if isinstance(mode, str) else None)
     stimulus = _get(cfg, "perf_analyzer", "stimulus")
     if isinstance(stimulus, dict):  # genai-perf 0.0.14+ config
         return ([("input_config.perf_analyzer.stimulus.concurrency", stimulus.get("concurrency"))],
-                {"request_rate": stimulus.get("request_rate")})
+                {"request_rate": stimulus.get("request_rate")}, None)
     return ([("input_config.concurrency", cfg.get("concurrency"))],  # genai-perf argparse namespace
-            {"request_rate": cfg.get("request_rate"), "request_count": cfg.get("request_count")})
+            {"request_rate": cfg.get("request_rate"), "request_count": cfg.get("request_count")}, None)
 
 
-def _concurrency(path: str, found: list[tuple[str, Any]], given: int | None) -> int:
+def _concurrency(path: str, found: list[tuple[str, Any]]) -> int | None:
+    """The one concurrency the profiling phases record, None when none does."""
     values: dict[int, str] = {}
     for where, c in found:
         if c is None:
@@ -258,12 +285,7 @@ def _concurrency(path: str, found: list[tuple[str, Any]], given: int | None) -> 
         (a, wa), (b, wb) = sorted(values.items())[:2]
         raise InputError(path, None, wb, f"{b} differs from {a} in '{wa}'; import each phase's own "
                          "phases/<name>/profile_export_aiperf.json")
-    if values:
-        return next(iter(values))
-    if given is None:
-        raise InputError(path, None, found[0][0] if found else "input_config",
-                         "no concurrency in the file (a request-rate run?); pass --concurrency N")
-    return given
+    return next(iter(values)) if values else None
 
 
 def _model(cfg: Mapping[str, Any]) -> str | None:
@@ -280,20 +302,59 @@ def _model(cfg: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _extra_inputs(raw: Any) -> dict[str, Any]:
+    """``--extra-inputs`` as a dict, in the shapes the exports hold: a dict
+    (AIPerf 0.13 ``endpoint.extra``, ``input.extra_inputs_parsed``), a list of
+    ``[key, value]`` pairs or of ``"key:value"`` strings (AIPerf 0.1 - 0.8
+    ``input.extra``, genai-perf's ``extra_inputs``)."""
+    if isinstance(raw, dict):
+        return raw
+    out: dict[str, Any] = {}
+    if isinstance(raw, list):
+        for item in raw:
+            if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str):
+                out[item[0]] = item[1]
+            elif isinstance(item, str) and ":" in item:
+                key, _, value = item.partition(":")
+                out[key.strip()] = value.strip()
+    return out
+
+
 def _prompts(cfg: Mapping[str, Any]) -> dict[str, Scalar]:
-    """The prompt set and ``ignore_eos``, where the config records them
-    (AIPerf 0.13: ``datasets[].type`` synthetic | file | public, and the
-    public dataset's name; ``endpoint.extra.ignore_eos`` from
-    ``--extra-inputs``)."""
+    """The prompt set and ``ignore_eos``, where the config records them, so
+    that the caveat on random or made-up prompts holds (D62, issue 37):
+
+    - AIPerf 0.13: ``datasets[].type`` synthetic | file | public, and the
+      public dataset's name; ``endpoint.extra`` from ``--extra-inputs``;
+    - AIPerf 0.1 - 0.8 (``UserConfig``, exported with ``exclude_unset``):
+      ``input.public_dataset`` (``--public-dataset``), ``input.file``
+      (``--input-file``), and ``input.extra_inputs_parsed`` or ``input.extra``;
+    - genai-perf: ``input.file`` (0.0.14+ config) or ``input_file`` and
+      ``input_dataset`` (the argparse namespace), ``input.extra`` or
+      ``extra_inputs``."""
     out: dict[str, Scalar] = {}
     datasets = cfg.get("datasets")
     if isinstance(datasets, list) and datasets and isinstance(datasets[0], dict):
         kind, name = datasets[0].get("type"), datasets[0].get("dataset")
         if isinstance(kind, str):
             out["dataset"] = f"{kind}:{name}" if kind == "public" and isinstance(name, str) else kind
-    extra = _get(cfg, "endpoint", "extra")
-    if isinstance(extra, dict) and isinstance(extra.get("ignore_eos"), bool):
-        out["ignore_eos"] = extra["ignore_eos"]
+    raw_input = cfg.get("input")
+    inp: Mapping[str, Any] = raw_input if isinstance(raw_input, dict) else {}
+    if "dataset" not in out:
+        public = inp.get("public_dataset") or cfg.get("input_dataset")
+        file = inp.get("file") or cfg.get("input_file")
+        if isinstance(public, str) and public:
+            out["dataset"] = f"public:{public}"
+        elif isinstance(file, str) and file:
+            out["dataset"] = "file"
+    for raw in (_get(cfg, "endpoint", "extra"), inp.get("extra_inputs_parsed"), inp.get("extra"),
+                cfg.get("extra_inputs")):
+        flag = _extra_inputs(raw).get("ignore_eos")
+        if isinstance(flag, str) and flag.strip().lower() in ("true", "false"):
+            flag = flag.strip().lower() == "true"
+        if isinstance(flag, bool):
+            out["ignore_eos"] = flag
+            break
     return out
 
 
@@ -357,7 +418,9 @@ def read_records(src: Source, text: str, config: str, campaign: str, workload: s
                          "profile_export_aiperf.json next to this file: import that (a records file is "
                          "read only for a run where every request failed)")
     if concurrency is None:
-        raise InputError(src.path, None, None, "AIPerf's records do not name the concurrency; pass --concurrency N")
+        raise InputError(src.path, None, None, "AIPerf's records do not name the concurrency; pass --concurrency N, "
+                                               "the run's --concurrency (a --request-rate run cannot be placed "
+                                               "from its records)")
     metrics = {"planned": float(sent), "completed": 0.0, "failed": float(failed),
                **{f"errors_{k}": float(v) for k, v in sorted(kinds.items())}}
     rid = run_id(NAME, src.sha256)
@@ -487,8 +550,8 @@ def read(
         return read_records(src, text, config, campaign, workload, date, order, concurrency, environment,
                             skip_lines, source)
     doc = parse(src)
-    h = line_hash(text)
-    if h in skip_lines:
+    h, rh = line_hash(text), record_hash(doc)
+    if h in skip_lines or rh in skip_lines:
         raise InputError(src.path, None, None, "this result was already ingested; nothing to add")
     cfg = doc.get("input_config")
     if cfg is None:
@@ -496,12 +559,16 @@ def read(
     if not isinstance(cfg, dict):
         raise InputError(src.path, None, "input_config", "expected an object")
     metrics = _metrics(src.path, doc)
-    found, load = _load(cfg)
-    conc = _concurrency(src.path, found, concurrency)
+    found, load, burst = _load(cfg)
+    axis = load_axis(src.path, None, rate=load.get("request_rate"), burstiness=burst,
+                     cap=_concurrency(src.path, found), given=concurrency,
+                     rate_key="input_config request_rate", cap_key=found[0][0] if found else "input_config")
+    check_given_used(src.path, concurrency, [axis])
     params: dict[str, Scalar] = {"tool": "aiperf" if _is_aiperf(doc) else "genai-perf", **_prompts(cfg)}
     for key, value in load.items():
         if isinstance(value, (str, int, float, bool)):
             params[key] = workload_value(src.path, None, key, value)
+    params.update(axis.params)
     notes = []
     if doc.get("was_cancelled") is True:
         notes.append("AIPerf reports the run was cancelled")
@@ -524,7 +591,7 @@ def read(
         campaign=campaign,
         config=config,
         workload=workload,
-        concurrency=conc,
+        concurrency=axis.concurrency,
         metrics=metrics,
         source=source,
         source_file=src.path,
@@ -535,5 +602,5 @@ def read(
     return make_run(
         src, NAME, VERSION, source, environment=env,
         campaigns=(Campaign(name=campaign, date=date, order=order),),
-        configs={config: {"model_path": model} if model else {}}, points=[point], hashes={h},
+        configs={config: {"model_path": model} if model else {}}, points=[point], hashes={h, rh},
     )

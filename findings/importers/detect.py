@@ -83,9 +83,16 @@ def own_keys(doc: dict[str, Any]) -> tuple[list[str], list[str]]:
     return vllm, sglang
 
 
-def _refuse(src: Source, why: str) -> InputError:
-    return InputError(src.path, None, None,
-                      f"cannot tell the format ({why}); name it: {' | '.join(FORMATS)}")
+class Undetected(InputError):
+    """No rule placed the file; ``why`` says what it is instead."""
+
+    def __init__(self, path: str, why: str) -> None:
+        self.why = why
+        super().__init__(path, None, None, f"cannot tell the format ({why}); name it: {' | '.join(FORMATS)}")
+
+
+def _refuse(src: Source, why: str) -> Undetected:
+    return Undetected(src.path, why)
 
 
 def _first_object(text: str) -> tuple[Any, bool]:
@@ -128,6 +135,43 @@ def _json_format(src: Source, doc: dict[str, Any]) -> tuple[str, str]:
         raise _refuse(src, f"it has keys only vLLM writes ({_keys(vllm)}) and keys only sglang writes "
                            f"({_keys(sglang)})")
     raise _refuse(src, "a benchmark result with no key that only vLLM or only sglang writes")
+
+
+#: Keys of an AIPerf or genai-perf export besides its metrics (AIPerf 0.1 -
+#: 0.13, ``aiperf/common/models/export_models.py``; genai-perf's ``input_config``).
+AIPERF_MARKERS = frozenset({"aiperf_version", "schema_version", "benchmark_id", "input_config", "run_info",
+                            "was_cancelled", "is_complete", "error_summary", "records"})
+
+
+def nearest(src: Source) -> tuple[str, str] | None:
+    """For a file ``explain`` cannot place: the importer whose format it is
+    nearest to, and why (its own keys or columns); None when none is near.
+    ``ingest auto`` then gives that importer's reason (D101)."""
+    try:
+        text = src.text()
+    except InputError:
+        return None
+    doc, parsed = _first_object(text)
+    if parsed and isinstance(doc, dict):
+        marks = [k for k in doc if k in AIPERF_MARKERS]
+        vllm, sglang = own_keys(doc)
+        if marks and not vllm and not sglang:
+            return "aiperf", f"AIPerf's keys {_keys(marks)}"
+        if vllm and not sglang:
+            return "vllm-bench", f"keys only vLLM writes: {_keys(vllm)}"
+        if sglang and not vllm:
+            return "sglang-bench", f"keys only sglang.bench_serving writes: {_keys(sglang)}"
+        return None
+    if parsed:
+        return None
+    try:
+        header = [h.strip() for h in next(csv.reader(io.StringIO(text, newline="")))]
+    except (csv.Error, StopIteration):
+        return None
+    found = [c for c in table.REQUIRED if c in header]
+    if len(found) >= 2 and "campaign" in found:
+        return "table", f"a CSV with the table's columns {', '.join(found)}"
+    return None
 
 
 def detect(src: Source) -> str:

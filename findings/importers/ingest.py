@@ -17,6 +17,10 @@ from findings.core.model import Run
 from findings.store.schema import valid_date, valid_name
 
 
+#: ``--slo-ttft-ms``, ``--slo-tpot-ms``, ``--slo-attainment`` (D102).
+SloOption = common.SloOption
+
+
 @dataclass(frozen=True)
 class Ingested:
     run_id: str
@@ -25,10 +29,13 @@ class Ingested:
     campaigns: tuple[str, ...]
     #: ``ingest auto``: what decided the format (the keys only that tool writes, ...).
     detected_by: str | None = None
+    #: The workloads a file was split into, one per definition (D98); empty when not split.
+    split: tuple[str, ...] = ()
 
     def summary(self) -> str:
+        split = f"; split by definition into workloads: {', '.join(self.split)}" if self.split else ""
         return (f"ingested {self.points} points into run {self.run_id} "
-                f"(campaigns: {', '.join(self.campaigns)}) -> {self.path}")
+                f"(campaigns: {', '.join(self.campaigns)}{split}) -> {self.path}")
 
 
 @dataclass(frozen=True)
@@ -43,10 +50,12 @@ class Checks:
     create: bool = False
 
 
-def _store(run: Run, store_dir: Path, checks: Checks) -> Ingested:
+def _store(run: Run, store_dir: Path, checks: Checks, workload: str | None = None) -> Ingested:
     path = store.add_run(store_dir, run, baseline=checks.baseline, allow_workload_change=checks.allow_workload_change,
                          create=checks.create)
-    return Ingested(run.run_id, path, len(run.points), tuple(c.name for c in run.campaigns))
+    names = tuple(dict.fromkeys(p.workload for p in run.points))
+    split = names if workload is not None and names != (workload,) else ()
+    return Ingested(run.run_id, path, len(run.points), tuple(c.name for c in run.campaigns), split=split)
 
 
 def _skip(store_dir: Path, skip_existing: bool) -> frozenset[str]:
@@ -89,7 +98,8 @@ def _check_point_options(config: str, campaign: str, workload: str, date: str) -
 
 def _ingest_labelled(fmt: str, reader: Callable[..., Run], store_dir: Path, file: str, *, config: str,
                      campaign: str, workload: str, date: str, order: int | None, concurrency: int | None,
-                     environment: str | None, skip_existing: bool, checks: Checks) -> Ingested:
+                     environment: str | None, skip_existing: bool, checks: Checks,
+                     slo: common.SloOption = common.SloOption()) -> Ingested:
     """The formats whose files do not name config, campaign, workload or date."""
     _check_point_options(config, campaign, workload, date)
     src = common.read_source(file)
@@ -101,53 +111,60 @@ def _ingest_labelled(fmt: str, reader: Callable[..., Run], store_dir: Path, file
         environment=common.read_environment(environment),
         skip_lines=_skip(store_dir, skip_existing),
     )
-    return _store(run, store_dir, checks)
+    return _store(common.apply_slo(run, slo), store_dir, checks, workload)
 
 
 def ingest_sglang_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
                         date: str, order: int | None = None, concurrency: int | None = None,
                         environment: str | None = None, skip_existing: bool = False,
-                        checks: Checks = Checks()) -> Ingested:
+                        checks: Checks = Checks(), slo: common.SloOption = common.SloOption()) -> Ingested:
     """``sglang.bench_serving --output-file`` JSONL: one point per line."""
     return _ingest_labelled("sglang-bench", sglang_bench.read, store_dir, file, config=config, campaign=campaign,
                             workload=workload, date=date, order=order, concurrency=concurrency,
-                            environment=environment, skip_existing=skip_existing, checks=checks)
+                            environment=environment, skip_existing=skip_existing, checks=checks, slo=slo)
 
 
 def ingest_vllm_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
                       date: str, order: int | None = None, concurrency: int | None = None,
                       environment: str | None = None, skip_existing: bool = False,
-                      checks: Checks = Checks()) -> Ingested:
+                      checks: Checks = Checks(), slo: common.SloOption = common.SloOption()) -> Ingested:
     """``vllm bench serve --save-result`` JSON: one point per result object."""
     return _ingest_labelled("vllm-bench", vllm_bench.read, store_dir, file, config=config, campaign=campaign,
                             workload=workload, date=date, order=order, concurrency=concurrency,
-                            environment=environment, skip_existing=skip_existing, checks=checks)
+                            environment=environment, skip_existing=skip_existing, checks=checks, slo=slo)
 
 
 def ingest_aiperf(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
                   date: str, order: int | None = None, concurrency: int | None = None,
                   environment: str | None = None, skip_existing: bool = False,
-                  checks: Checks = Checks()) -> Ingested:
+                  checks: Checks = Checks(), slo: common.SloOption = common.SloOption()) -> Ingested:
     """AIPerf ``profile_export_aiperf.json`` (or genai-perf's): one point."""
     return _ingest_labelled("aiperf", aiperf.read, store_dir, file, config=config, campaign=campaign,
                             workload=workload, date=date, order=order, concurrency=concurrency,
-                            environment=environment, skip_existing=skip_existing, checks=checks)
+                            environment=environment, skip_existing=skip_existing, checks=checks, slo=slo)
 
 
 def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campaign: str | None = None,
                 workload: str | None = None, date: str | None = None, order: int | None = None,
                 concurrency: int | None = None, configs: str | None = None,
                 environment: str | None = None, skip_existing: bool = False,
-                checks: Checks = Checks()) -> tuple[str, Ingested]:
+                checks: Checks = Checks(), slo: common.SloOption = common.SloOption()) -> tuple[str, Ingested]:
     """Detect the format of ``file`` by its content, check the options it needs, ingest it.
 
     Returns the detected format's name and what was ingested (with what
     decided the format, ``detected_by``).
     """
-    fmt, why = detect.explain(common.read_source(file))
+    src = common.read_source(file)
+    try:
+        fmt, why = detect.explain(src)
+    except detect.Undetected as exc:
+        raise _nearest_reason(src, exc, config=config, campaign=campaign, workload=workload, date=date,
+                              concurrency=concurrency) from None
     if fmt == "table":
         extra = [name for name, value in (("--config", config), ("--campaign", campaign), ("--workload", workload),
-                                          ("--date", date), ("--order", order), ("--concurrency", concurrency))
+                                          ("--date", date), ("--order", order), ("--concurrency", concurrency),
+                                          ("--slo-ttft-ms", slo.ttft_ms), ("--slo-tpot-ms", slo.tpot_ms),
+                                          ("--slo-attainment", slo.attainment))
                  if value is not None]
         if extra:
             raise SettingsError(f"{file} is a table (campaign, config and workload are its columns): "
@@ -164,7 +181,33 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
     ingest = {"sglang-bench": ingest_sglang_bench, "vllm-bench": ingest_vllm_bench, "aiperf": ingest_aiperf}[fmt]
     return fmt, replace(ingest(store_dir, file, config=config, campaign=campaign, workload=workload, date=date,
                                order=order, concurrency=concurrency, environment=environment,
-                               skip_existing=skip_existing, checks=checks), detected_by=why)
+                               skip_existing=skip_existing, checks=checks, slo=slo), detected_by=why)
+
+
+def _nearest_reason(src: common.Source, refused: detect.Undetected, *, config: str | None, campaign: str | None,
+                    workload: str | None, date: str | None, concurrency: int | None) -> InputError:
+    """``ingest auto`` could not place a file: ask the importer it is nearest
+    to, and give that importer's own reason (D101), else the refusal as it was.
+    Nothing is written either way."""
+    near = detect.nearest(src)
+    if near is None:
+        return refused
+    fmt, hint = near
+    try:
+        if fmt == "table":
+            table.read(src)
+        else:
+            reader: Callable[..., Run] = {"sglang-bench": sglang_bench.read, "vllm-bench": vllm_bench.read,
+                                          "aiperf": aiperf.read}[fmt]
+            reader(src, config=config or "x", campaign=campaign or "x", workload=workload or "x",
+                   date=date or "2000-01-01", concurrency=concurrency)
+    except InputError as exc:
+        where = f"line {exc.line}: " if exc.line is not None else ""
+        what = f"field '{exc.field}': " if exc.field else ""
+        return InputError(src.path, None, None, f"nearest format {fmt} ({hint}), whose importer refuses it: "
+                                                f"{where}{what}{exc.message}")
+    return InputError(src.path, None, None, f"cannot tell the format ({refused.why}); its nearest format, {fmt} "
+                                            f"({hint}), reads it: use 'findings ingest {fmt}'")
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,17 @@
 """``python -m sglang.bench_serving --output-file`` JSONL.
 
-One line is one point at its ``max_concurrency``; several lines at the same
-concurrency are repeats. Formats, as read from the sglang wheels (see
+One line is one point where the line's load puts it (D97): an infinite
+``request_rate`` is a closed loop at ``max_concurrency``; a finite one is an
+open-loop point at that rate (Poisson arrivals: sglang has no burstiness),
+capped by ``max_concurrency`` where one was set. Several lines at the same
+load are repeats; lines that give the workload different definitions (the
+lengths, the dataset) are split into one workload each (D98). Formats, as read from the sglang wheels (see
 tests/fixtures/sglang_bench/README.md):
 
 - 0.5.15-0.5.23: ``tag``, ``server_info`` (full /server_info), p90/p95
   percentiles, ``total_throughput``, ``max_output_tokens_per_s``;
 - 0.4.x: no ``tag``, ``server_info`` or p90/p95 (``accept_length`` top-level);
-- 0.3.x: no ``max_concurrency`` at all (give ``--concurrency``).
+- 0.3.x: no ``max_concurrency`` at all (give ``--concurrency`` for an infinite rate).
 
 Lines may hold ``Infinity`` (``request_rate``), ``NaN`` (0.3.x means of a run
 where every request failed) and ``null``. Every numeric top-level key is kept
@@ -31,7 +35,8 @@ from typing import Any, Mapping
 
 from findings.core import serverinfo
 from findings.core.errors import InputError
-from findings.importers.common import Source, line_hash, make_run, run_id
+from findings.importers.common import (Load, Source, check_given_used, line_hash, load_axis, make_run, record_hash,
+                                       run_id, split_workloads)
 from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.store.schema import finite, point_id
 from findings.derive.validity import only_counts
@@ -41,7 +46,7 @@ VERSION = "1"
 
 #: Top-level keys that describe the workload sent, not a measurement.
 WORKLOAD_KEYS = (
-    "backend", "dataset_name", "request_rate", "sharegpt_output_len",
+    "backend", "dataset_name", "request_rate", "burstiness", "sharegpt_output_len",
     "random_input_len", "random_output_len", "random_range_ratio", "tag",
 )
 #: Per-request lists written by ``--output-details`` (ttfts/itls in seconds).
@@ -133,6 +138,7 @@ def read(
     facts: dict[str, Scalar] = {}
     facts_line: dict[str, int] = {}
     env = dict(environment or {})
+    loads: list[Load] = []
     for line, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
@@ -151,6 +157,11 @@ def read(
             raise InputError(src.path, line, None, f"not valid JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise InputError(src.path, line, None, "expected a JSON object")
+        rh = record_hash(doc)
+        if rh in skip_lines:
+            continue
+        if rh in hashes:
+            raise InputError(src.path, line, None, "this line repeats an earlier line's record")
         if "output_throughput" not in doc:
             raise InputError(src.path, line, "output_throughput", "missing")
         completed = _number(src.path, line, "completed", doc.get("completed"))
@@ -159,18 +170,12 @@ def read(
         tput = _number(src.path, line, "output_throughput", doc["output_throughput"])
         if (tput is None or tput < 0) and completed != 0:
             raise InputError(src.path, line, "output_throughput", "expected a number >= 0")
-        conc_raw = doc.get("max_concurrency")
-        if conc_raw is None:
-            if concurrency is None:
-                raise InputError(
-                    src.path, line, "max_concurrency",
-                    "missing or null (run without --max-concurrency); pass --concurrency N",
-                )
-            conc = concurrency
-        elif isinstance(conc_raw, bool) or not isinstance(conc_raw, int) or conc_raw < 1:
-            raise InputError(src.path, line, "max_concurrency", f"expected an integer >= 1, got {conc_raw!r}")
-        else:
-            conc = conc_raw
+        # sglang writes request_rate as the float it parsed (Infinity by default)
+        # and, through 0.5.23, no burstiness: its arrivals are Poisson
+        # (np.random.exponential); a line that records one is read as it says.
+        load = load_axis(src.path, line, rate=doc.get("request_rate"), burstiness=doc.get("burstiness"),
+                         cap=doc.get("max_concurrency"), given=concurrency, burstiness_default=1.0)
+        loads.append(load)
         metrics: dict[str, float] = {THROUGHPUT: tput} if tput is not None else {}
         for key, value in doc.items():
             if key in WORKLOAD_KEYS or key in DETAIL_KEYS or key in ("output_throughput", "max_concurrency"):
@@ -192,6 +197,7 @@ def read(
         if completed == 0:
             metrics = only_counts(metrics)
         params = {k: _workload_value(src.path, line, k, doc[k]) for k in WORKLOAD_KEYS if k in doc}
+        params.update(load.params)
         for key, value in _facts(src.path, line, doc.get("server_info")).items():
             if key in facts and facts[key] != value:
                 raise InputError(
@@ -200,7 +206,7 @@ def read(
                 )
             facts.setdefault(key, value)
             facts_line.setdefault(key, line)
-        hashes.add(h)
+        hashes.update((h, rh))
         points.append(
             Point(
                 id=point_id(rid, len(points)),
@@ -208,7 +214,7 @@ def read(
                 campaign=campaign,
                 config=config,
                 workload=workload,
-                concurrency=conc,
+                concurrency=load.concurrency,
                 metrics=metrics,
                 source=source,
                 source_file=src.path,
@@ -221,6 +227,8 @@ def read(
         if not text.strip():
             raise InputError(src.path, None, None, "the file is empty: no result lines")
         raise InputError(src.path, None, None, "every line was already ingested; nothing to add")
+    check_given_used(src.path, concurrency, loads)
+    points, _ = split_workloads(points, NAME, workload)
     if "sglang_version" in facts:
         env.setdefault("sglang_version", facts["sglang_version"])
     return make_run(

@@ -17,6 +17,15 @@ This is the format of the hand-recorded seed results
 - optional prompt conditions (workload parameters): ``dataset`` (the
   prompt set, e.g. ``random``, ``random-ids``, ``sharegpt``) and
   ``ignore_eos`` (``true``/``false``), or empty;
+- optional load (D103): ``request_rate`` (requests/s; empty or ``inf``:
+  a closed loop at ``concurrency``), ``burstiness`` (1 Poisson, ``inf``
+  constant spacing) and ``max_concurrency`` (the cap). A row with a finite
+  rate is an open-loop point, stored as ``findings bench --request-rate``
+  stores one; its ``concurrency`` cell stays empty (a rate is not a C).
+  The open-loop verdicts read the latency columns ``median_tpot_ms``,
+  ``p99_ttft_ms`` (and show ``median_ttft_ms``, ``p99_tpot_ms``); an SLO is
+  given as ``slo_ttft_ms``/``slo_tpot_ms``/``slo_attainment`` columns with
+  the measured ``slo_attainment_measured`` and ``goodput_req_s``;
 - any other column is a metric: a number, or empty.
 
 An optional configs CSV (``--configs``) has a ``config`` column and one
@@ -36,7 +45,7 @@ from dataclasses import replace
 from typing import Mapping
 
 from findings.core.errors import InputError
-from findings.importers.common import Source, line_hash, make_run, run_id
+from findings.importers.common import Load, Source, line_hash, load_axis, make_run, run_id
 from findings.core.model import THROUGHPUT, Campaign, Input, Point, Run, Scalar
 from findings.store.schema import point_id, valid_date, valid_name
 from findings.derive.validity import only_counts
@@ -48,7 +57,14 @@ REQUIRED = ("campaign", "workload", "config", "concurrency", THROUGHPUT)
 COUNTS = ("completed", "failed", "planned")
 #: Workload parameters (the prompt conditions; findings/derive/caveats.py).
 PARAMS = ("dataset", "ignore_eos")
-KNOWN = REQUIRED + ("order", "date", "note", "repeat") + PARAMS
+#: The load of a row (D103): a finite request_rate makes it an open-loop point.
+LOAD = ("request_rate", "burstiness", "max_concurrency")
+#: The SLO an open-loop row was judged under (workload parameters, as the runner records them).
+SLO = ("slo_ttft_ms", "slo_tpot_ms", "slo_attainment")
+#: The measured share of requests that met the SLO (stored as the metric ``slo_attainment``,
+#: the runner's name, which as a column would read as the SLO's own threshold).
+MEASURED_ATTAINMENT = "slo_attainment_measured"
+KNOWN = REQUIRED + ("order", "date", "note", "repeat") + PARAMS + LOAD + SLO + (MEASURED_ATTAINMENT,)
 #: The throughput cell of a row that measures something other than a
 #: server's output (findings' own render times in the perf store). Such a
 #: point never enters the analysis. An empty cell is still an error.
@@ -112,6 +128,37 @@ def _int(src: Source, line: int, field: str, text: str, minimum: int) -> int:
     if value < minimum:
         raise InputError(src.path, line, field, f"must be >= {minimum}, got {value}")
     return value
+
+
+def _load(src: Source, line: int, row: Mapping[str, str]) -> Load:
+    """A row's load (D103): ``request_rate`` empty or ``inf`` is a closed loop
+    at ``concurrency``; a finite rate an open-loop point, whose concurrency
+    cell must stay empty (its cap is ``max_concurrency``)."""
+    raw_rate = (row.get("request_rate") or "").strip()
+    rate: float | str | None = None
+    if raw_rate:
+        rate = "inf" if raw_rate.lower() in ("inf", "infinity") else _number(src, line, "request_rate", raw_rate)
+    raw_burst = (row.get("burstiness") or "").strip()
+    burst: float | str | None = None
+    if raw_burst:
+        burst = "inf" if raw_burst.lower() in ("inf", "infinity") else _number(src, line, "burstiness", raw_burst)
+    cap = _int(src, line, "max_concurrency", row["max_concurrency"], 1) if row.get("max_concurrency") else None
+    conc = row["concurrency"].strip()
+    if rate is not None and rate != "inf":
+        if conc:
+            raise InputError(src.path, line, "concurrency",
+                             f"{conc!r} in a row with request_rate {raw_rate}: a rate row's load is its rate; leave "
+                             "concurrency empty (a cap on requests in flight goes in max_concurrency)")
+        return load_axis(src.path, line, rate=rate, burstiness=burst, cap=cap, given=None,
+                         burstiness_default=1.0)
+    if burst is not None:
+        raise InputError(src.path, line, "burstiness", "only with a finite request_rate")
+    if not conc:
+        raise InputError(src.path, line, "concurrency", "empty: give the concurrency, or a request_rate")
+    c = _int(src, line, "concurrency", conc, 1)
+    if cap is not None and cap != c:
+        raise InputError(src.path, line, "max_concurrency", f"{cap} differs from concurrency {c}")
+    return Load(c, {})
 
 
 def _name(src: Source, line: int, field: str, text: str) -> str:
@@ -227,6 +274,18 @@ def read(
             if flag not in ("true", "false", "1", "0", "yes", "no"):
                 raise InputError(src.path, line, "ignore_eos", f"expected true or false, got {row['ignore_eos']!r}")
             params["ignore_eos"] = flag in ("true", "1", "yes")
+        load = _load(src, line, row)
+        params.update(load.params)
+        if load.rate is not None:
+            for key in SLO:
+                if row.get(key):
+                    params[key] = _number(src, line, key, row[key])
+            if row.get(MEASURED_ATTAINMENT):
+                metrics["slo_attainment"] = _number(src, line, MEASURED_ATTAINMENT, row[MEASURED_ATTAINMENT])
+        else:
+            for key in (*SLO, MEASURED_ATTAINMENT):
+                if row.get(key):
+                    raise InputError(src.path, line, key, "an SLO judges open-loop rows: only with a request_rate")
         hashes.add(h)
         points.append(
             Point(
@@ -235,7 +294,7 @@ def read(
                 campaign=campaign,
                 config=config,
                 workload=_name(src, line, "workload", row["workload"]),
-                concurrency=_int(src, line, "concurrency", row["concurrency"], 1),
+                concurrency=load.concurrency,
                 metrics=metrics,
                 source=source,
                 source_file=src.path,

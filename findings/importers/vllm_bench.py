@@ -1,7 +1,11 @@
 """``vllm bench serve --save-result`` JSON (and ``benchmarks/benchmark_serving.py``).
 
-One JSON object is one point at its ``max_concurrency`` (``null`` when the run
-had no ``--max-concurrency``: give ``--concurrency``). ``--append-result``
+One JSON object is one point where its load puts it (D97): ``request_rate``
+``"inf"`` is a closed loop at ``max_concurrency`` (``null`` when the run had
+no ``--max-concurrency``: give ``--concurrency``); a finite rate is an
+open-loop point at that rate, with its ``burstiness`` and any
+``max_concurrency`` cap. A ``--ramp-up-strategy`` run is refused (no one
+rate). ``--append-result``
 appends further objects, one per line; each line is then a point, and
 ``--skip-existing`` ingests only the new ones. Formats, as read from the vLLM
 wheels and repository (see tests/fixtures/vllm_bench/README.md):
@@ -41,7 +45,8 @@ import math
 from typing import Any, Mapping
 
 from findings.core.errors import InputError
-from findings.importers.common import Source, line_hash, make_run, run_id
+from findings.importers.common import (Load, Source, check_given_used, line_hash, load_axis, make_run, record_hash,
+                                       run_id, split_workloads)
 from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar
 from findings.store.schema import point_id
 from findings.derive.validity import only_counts
@@ -196,16 +201,17 @@ def _details(path: str, line: int, doc: Mapping[str, Any]) -> dict[str, object] 
     return out
 
 
-def _concurrency(path: str, line: int, doc: Mapping[str, Any], given: int | None) -> int:
-    raw = doc.get("max_concurrency")
-    if raw is None:
-        if given is None:
-            raise InputError(path, line, "max_concurrency",
-                             "missing or null (run without --max-concurrency); pass --concurrency N")
-        return given
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise InputError(path, line, "max_concurrency", f"expected an integer >= 1, got {raw!r}")
-    return raw
+def _load(path: str, line: int, doc: Mapping[str, Any], given: int | None) -> Load:
+    """The load of one result (D97): ``request_rate`` (``"inf"`` or a number),
+    ``burstiness`` (vLLM's gamma shape, 1.0 by default) and ``max_concurrency``."""
+    ramp = doc.get("ramp_up_strategy")
+    if ramp is not None:
+        raise InputError(path, line, "ramp_up_strategy",
+                         f"{ramp!r}: the rate changed during the run (from {doc.get('ramp_up_start_rps')!r} to "
+                         f"{doc.get('ramp_up_end_rps')!r} req/s), so it is no one point on the rate axis; "
+                         "findings does not import ramp-up runs")
+    return load_axis(path, line, rate=doc.get("request_rate"), burstiness=doc.get("burstiness"),
+                     cap=doc.get("max_concurrency"), given=given, burstiness_default=1.0)
 
 
 def _count(path: str, line: int, key: str, value: Any) -> float | None:
@@ -289,13 +295,15 @@ def read(
     hashes: set[str] = set()
     facts: dict[str, Scalar] = {}
     facts_line = 0
+    loads: list[Load] = []
     for line, raw, doc in parse_json(src, text):
-        h = line_hash(raw)
-        if h in skip_lines:
+        h, rh = line_hash(raw), record_hash(doc)
+        if h in skip_lines or rh in skip_lines:
             continue
-        if h in hashes:
+        if h in hashes or rh in hashes:
             raise InputError(src.path, line, None, "this result repeats an earlier one exactly")
-        conc = _concurrency(src.path, line, doc, concurrency)
+        load = _load(src.path, line, doc, concurrency)
+        loads.append(load)
         metrics = _metrics(src.path, line, doc)
         model = doc.get("model_id")
         if model is not None:
@@ -308,8 +316,9 @@ def read(
             if "model_path" not in facts:
                 facts["model_path"], facts_line = model, line
         params = _params(src.path, line, doc)
+        params.update(load.params)
         requests = _details(src.path, line, doc)
-        hashes.add(h)
+        hashes.update((h, rh))
         points.append(
             Point(
                 id=point_id(rid, len(points)),
@@ -317,7 +326,7 @@ def read(
                 campaign=campaign,
                 config=config,
                 workload=workload,
-                concurrency=conc,
+                concurrency=load.concurrency,
                 metrics=metrics,
                 source=source,
                 source_file=src.path,
@@ -328,6 +337,8 @@ def read(
         )
     if not points:
         raise InputError(src.path, None, None, "every result was already ingested; nothing to add")
+    check_given_used(src.path, concurrency, loads)
+    points, _ = split_workloads(points, NAME, workload)
     return make_run(
         src, NAME, VERSION, source, environment=dict(environment or {}),
         campaigns=(Campaign(name=campaign, date=date, order=order),),

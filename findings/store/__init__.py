@@ -30,7 +30,7 @@ from findings.store import identity
 from findings.core.errors import DuplicateError, LabelError, NotAStoreError, StoreError
 from findings.core.model import Campaign, Dataset, Point, Run, Scalar, Sidecar
 from findings.store import index as storeindex
-from findings.store.schema import SEAL_KEY, SIDECAR_KIND, SIDECAR_SUFFIX, run_from_dict, run_to_dict, seal
+from findings.store.schema import SEAL_KEY, SIDECAR_KIND, SIDECAR_SUFFIX, records_in, run_from_dict, run_to_dict, seal
 
 # Re-exported: reading run files lives in findings/store/files.py (the index reads them too).
 from findings.store.files import FREEZE_AFTER as FREEZE_AFTER
@@ -246,6 +246,12 @@ def _check_labels(existing: list[Run], runs: list[Run], baseline: str | None, al
     known = identity.Known(existing)
     for run in runs:
         label = run.source_file or run.run_id
+        several = identity.several_definitions(run)
+        if several:
+            # Never "--workload NEW" (one name for all of them again) nor
+            # --allow-workload-change (it averaged the definitions together).
+            raise LabelError(f"{label}: one workload name, several definitions in this file: {'; '.join(several)}; "
+                             f"give each definition its own workload name; nothing was written")
         if not allow_workload_change:
             found = known.workload_conflicts(run)
             if found:
@@ -272,7 +278,7 @@ def _check_not_stored(existing: list[Run], run: Run) -> None:
         overlap = old.line_hashes & run.line_hashes
         if overlap:
             raise DuplicateError(
-                f"{run.source_file}: {len(overlap)} of its records were already ingested "
+                f"{run.source_file}: {records_in(overlap)} of its records were already ingested "
                 f"as run {old.run_id} (from {old.source_file}); nothing was written "
                 f"(use --skip-existing to ingest only the new records)"
             )

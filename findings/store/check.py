@@ -18,7 +18,7 @@ from findings.store import index as storeindex
 from findings.store import amend, identity
 from findings.core.errors import StoreError
 from findings.core.model import Run
-from findings.store.schema import SEAL_KEY, SIDECAR_SUFFIX, run_from_dict, seal_state
+from findings.store.schema import SEAL_KEY, SIDECAR_SUFFIX, records_in, run_from_dict, seal_state
 from findings.store import KEEP as store_lib_keep
 from findings.store import RUNS, merge, read_sidecar, require
 
@@ -186,7 +186,7 @@ def _whole(runs: list[Run]) -> list[Finding]:
         if shared:
             other = owner[shared[0]]
             out.append(Finding("error", str(run.path),
-                               f"{len(shared)} records also stored in run {other.run_id}: counted twice",
+                               f"{records_in(set(shared))} records also stored in run {other.run_id}: counted twice",
                                f"delete one of the two files and re-ingest with --skip-existing"))
         for h in run.line_hashes:
             owner.setdefault(h, run)
@@ -206,7 +206,8 @@ def _whole(runs: list[Run]) -> list[Finding]:
                                "move the simulated runs to a simulated store (benchmarks/results-emulated)"))
     known = identity.Known()
     for run in sorted(runs, key=lambda r: (r.created_at, r.run_id)):
-        for problem in known.workload_conflicts(run) + known.facts_conflicts(run):
+        for problem in (identity.several_definitions(run) + known.workload_conflicts(run)
+                        + known.facts_conflicts(run)):
             out.append(Finding("warning", str(run.path), problem,
                                f"if a label is wrong: findings store relabel {run.run_id} --workload/--config NEW "
                                f"(or store retract it)"))

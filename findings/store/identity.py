@@ -5,7 +5,9 @@ written (findings/store/__init__.py), so a mislabelled import is refused with on
 line naming the differing keys, instead of being pooled (D89):
 
 - a **workload** name has one definition across the store: input and output
-  lengths, the prompt set or dataset hash, ``ignore_eos``, the API;
+  lengths, the prompt set or dataset hash, ``ignore_eos``, the API; within
+  one run too, even under ``--allow-workload-change`` (D98: the importers
+  split a file by definition, so only a table or a hand-made run gets here);
 - within one **campaign**, a config name has one set of **facts**
   (facts may change between campaigns: that is how regressions are explained);
 - the **baseline** does not speculate by its recorded facts.
@@ -113,21 +115,23 @@ class Known:
                 here.setdefault(key, (value, run.run_id))
 
     def workload_conflicts(self, run: Run) -> list[str]:
-        """Why ``run`` redefines a workload name (or defines one twice itself):
-        one phrase per differing key; empty when it does not."""
+        """Why ``run`` redefines a workload name stored before: one phrase per
+        workload, naming each differing key once; empty when it does not (see
+        ``several_definitions`` for a run that defines one name twice itself)."""
         mine = workload_definitions(run)
         out: list[str] = []
         for name, keys in sorted(mine.items()):
-            for key, values in sorted(keys.items()):
-                if len(values) > 1:
-                    shown = ", ".join(sorted(_show(key, v) for v in values))
-                    out.append(f"workload {name!r}: this file gives it several definitions ({shown})")
-                    continue
+            here: list[str] = []
+            there: dict[str, list[str]] = {}  # run id -> its values of the differing keys
+            for key, values in sorted(keys.items(), key=lambda kv: _shown_key(kv[0])):
                 old = self.definitions.get((name, key))
-                if old is not None and values != old[1]:
+                if len(values) == 1 and old is not None and values != old[1]:
                     (v,) = values
-                    was = ", ".join(sorted(_show(key, x) for x in old[1]))
-                    out.append(f"workload {name!r}: {_show(key, v)} here, {was} in run {old[0][1]}")
+                    here.append(_show(key, v))
+                    there.setdefault(old[0][1], []).append(", ".join(sorted(_show(key, x) for x in old[1])))
+            if here:  # one phrase per name, each key once (issue 37: the message repeated itself)
+                was = ", ".join(f"{' and '.join(vals)} in run {rid}" for rid, vals in there.items())
+                out.append(f"workload {name!r}: {' and '.join(here)} here, {was}")
         return out
 
     def facts_conflicts(self, run: Run) -> list[str]:
@@ -147,6 +151,27 @@ class Known:
                 more = f" and {len(differ) - 3} more" if len(differ) > 3 else ""
                 out.append(f"config {config!r} in campaign {campaign!r}: {shown}{more}")
         return out
+
+
+def several_definitions(run: Run) -> list[str]:
+    """The workload names ``run`` itself gives several definitions: one
+    phrase per name, its differing keys each listed once
+    (``workload 'w' (input_len 1000, 2000; output_len 100, 200)``)."""
+    out = []
+    for name, keys in sorted(workload_definitions(run).items()):
+        differ = [f"{_shown_key(key)} {', '.join(sorted(_value(v) for v in values))}"
+                  for key, values in sorted(keys.items(), key=lambda kv: _shown_key(kv[0])) if len(values) > 1]
+        if differ:
+            out.append(f"workload {name!r} ({'; '.join(differ)})")
+    return out
+
+
+def _shown_key(key: str) -> str:
+    return key.split(":", 1)[-1]
+
+
+def _value(v: Scalar) -> str:
+    return repr(v) if isinstance(v, str) else str(v)
 
 
 def workload_conflicts(stored: Iterable[Run], run: Run) -> list[str]:

@@ -176,7 +176,8 @@ class Index:
             stored = {bool(s) for (s,) in c.execute("SELECT simulated FROM kinds WHERE name = ?", (camp.name,))}
             if len(stored | kinds.get(camp.name, set()) | pending.kinds.get(camp.name, set())) > 1:
                 return True
-        return (self._relabelled(run) or bool(pending.known.workload_conflicts(run))
+        return (self._relabelled(run) or bool(identity.several_definitions(run))
+                or bool(pending.known.workload_conflicts(run))
                 or bool(pending.known.facts_conflicts(run)))
 
     def _relabelled(self, run: Run) -> bool:

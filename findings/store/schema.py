@@ -153,6 +153,18 @@ def valid_date(text: str) -> bool:
     return 1 <= m <= 12 and 1 <= d <= 31 and y >= 1970
 
 
+#: A line hash of a record's parsed content (its canonical JSON), beside the
+#: hash of its bytes: a re-formatted copy of an ingested file is the same
+#: records (issue 37, D99). Runs written before carry byte hashes only.
+RECORD_HASH_PREFIX = "r:"
+
+
+def records_in(hashes: "frozenset[str] | set[str]") -> int:
+    """How many records a set of line hashes stands for: its record hashes
+    where it has them (a record then also has a byte hash), else all."""
+    return sum(1 for h in hashes if h.startswith(RECORD_HASH_PREFIX)) or len(hashes)
+
+
 def valid_name(text: str) -> bool:
     return bool(_NAME.match(text)) and text.strip() == text
 

@@ -20,9 +20,16 @@ Each tool runs from its own venv, never the project's:
 - aiperf: ``aiperf profile`` 0.13.0 from its own venv (build/aiperf/venv,
   made here on first use).
 
+``--tool sglang-rate``, ``vllm-rate`` and ``aiperf-rate`` run the same three
+clients in request-rate mode (open loop: ``--request-rate R``, alone and with
+a concurrency cap), against the same emulator options as the closed loops.
+genai-perf is not run: its ``--request-rate`` drives Triton's C++
+``perf_analyzer`` binary, and PyPI's ``perf-analyzer`` is a 2 kB placeholder
+(0.1.0) holding no binary (the fixtures' README).
+
 The tokenizer is the tiny offline one of benchmarks/peer/make_tokenizer.py
 (build/peer/tokenizer). Every command run is written, with its emulator
-options, to tests/fixtures/real_tools/COMMANDS.md, so the fixtures'
+options, to tests/fixtures/real_tools/COMMANDS-<tool>.md, so the fixtures'
 README can point at exactly what made each file. Outputs are copied as the
 tools wrote them (no edits), apart from the file names.
 """

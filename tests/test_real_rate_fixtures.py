@@ -35,7 +35,8 @@ def jsonl(name: str) -> list[dict[str, Any]]:
 
 
 def doc(name: str) -> dict[str, Any]:
-    return json.loads((REAL / name).read_text(encoding="utf-8"))
+    d: dict[str, Any] = json.loads((REAL / name).read_text(encoding="utf-8"))
+    return d
 
 
 def logged(tool: str) -> list[list[str]]:

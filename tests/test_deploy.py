@@ -298,3 +298,45 @@ def test_every_engines_method_names_map_both_ways() -> None:
     assert deploy.vllm_method("EAGLE3") == "eagle3" and deploy.sglang_algorithm("eagle3") == "EAGLE3"
     assert deploy.vllm_method("qwen3_next_mtp") == "mtp" and deploy.sglang_algorithm("deepseek_mtp") == "NEXTN"
     assert deploy.vllm_method("UNO") is None and deploy.sglang_algorithm("medusa") is None
+
+
+def _gauged(p50: float | None, p90: float | None, mean: float | None = None) -> list[deploy.Deployment]:
+    """An on-below candidate (wins at C=1 and 10, loses at 100) whose gauge at
+    its threshold C=10 read ``mean``/``p50``/``p90`` (None: not recorded)."""
+    gauge = {k: v for k, v in (("server_running_mean", mean if mean is not None else p50),
+                               ("server_running_p50", p50), ("server_running_p90", p90)) if v is not None}
+    points = []
+    for i, c in enumerate(CS):
+        for config, value in (("baseline", 100.0), ("cand", float(SHAPES["on-below"][i]))):
+            m = {THROUGHPUT: value, **(gauge if (config, c) == ("cand", 10) else {})}
+            points.append(Point(id=f"t/{len(points)}", run_id="t", campaign="c", config=config, workload="w",
+                                concurrency=c, metrics=m, source="import", source_file=None, source_line=None))
+    data = Dataset(campaigns=(Campaign("c", order=1),), points=tuple(points),
+                   configs={"baseline": {"speculative_algorithm": "none"}, "cand": EAGLE_TOPK1})
+    return deploy.plan(data, conclude(data, Rules()))
+
+
+def test_a_closed_loop_switch_is_the_batch_the_server_reached_at_the_threshold() -> None:
+    """Issue 37, item 6 (D107): the note and the switch agree. At a client's
+    C=10 the server reached a running batch of 7 (p90): the schedule
+    switches at 7, and the note says why, not 'averaged 5.0' beside 10."""
+    (d,) = _gauged(p50=6, p90=7, mean=5.0)
+    assert (d.policy, d.threshold, d.threshold_concurrency) == ("on-below", 7, 10)
+    note = next(n for n in d.notes if n.startswith("The threshold is a client concurrency"))
+    assert "averaged 5.0 (p50 6, p90 7)" in note and "the switch is at a running batch of 7" in note
+    assert "not at the client's 10" in note
+    sglang = d.engine("sglang")
+    assert sglang is not None and dict(sglang.config or {}) == {"1": {"candidate_steps": [3]},
+                                                               "8": {"candidate_steps": [0]}}
+    j = deploy.to_json([d])["workloads"]["w"]["cand"]
+    assert (j["threshold"], j["threshold_concurrency"], j["load_axis"]) == (7, 10, "concurrency")
+    # The server ran everything the client held: the switch is C, and the note says it is the p90.
+    (d,) = _gauged(p50=10, p90=10, mean=8.4)
+    assert d.threshold == 10 and any("so the switch is at a running batch of 10, the batch it reached there (p90)"
+                                     in n for n in d.notes)
+    # No p90, or no gauge: the switch stays at C and the note says why.
+    (d,) = _gauged(p50=None, p90=None, mean=4.0)
+    assert d.threshold == 10 and any("with no p90 recorded, the switch is at a running batch of 10" in n
+                                     for n in d.notes)
+    (d,) = _gauged(p50=None, p90=None, mean=None)
+    assert d.threshold == 10 and any("gauge was not recorded at C=10" in n for n in d.notes)

@@ -152,6 +152,10 @@ class Deployment:
     #: Where the ratio is estimated to cross the baseline (a closed-loop
     #: threshold policy): {estimate, low, high, method}.
     crossover: Mapping[str, object] | None = None
+    #: A closed-loop policy: the client concurrency C of the switch
+    #: (``threshold`` is then the running batch measured there, or C where
+    #: the gauge was not recorded), else None.
+    threshold_concurrency: int | None = None
 
     def engine(self, name: str) -> EngineOutcome | None:
         return next((e for e in self.engines if e.engine == name), None)
@@ -518,24 +522,45 @@ def _unchanged(policy: str, axis: str = "C") -> str:
 
 # ------------------------------------------------------------------ the batch-size measure
 
-def _batch_note(cand: Candidate, points: Mapping[str, Point]) -> str | None:
+def _batch_threshold(cand: Candidate, points: Mapping[str, Point]) -> tuple[int | None, str | None]:
+    """A closed-loop policy's threshold as the engines need it, and the note
+    that says where it comes from (D107). The threshold is a client
+    concurrency C; the engines switch on the server's running batch. Where
+    the candidate's gauge recorded its p90 at C, the switch is that batch
+    (rounded, at least 1, at most C): the batch the server reached while the
+    client held C, so the measured regime stays on its side of the switch.
+    The mean is never the switch: it includes the ramp-up and ramp-down, and
+    a switch at the mean would turn speculation off (on-below) or on
+    (on-above) inside the regime that was measured. Without a p90 the switch
+    stays at C, and the note says why."""
     t = cand.threshold
     if t is None:
-        return None
+        return None, None
     comp = next((c for c in cand.comparisons if c.concurrency == t), None)
     if comp is None:
-        return None
+        return t, None
     pts = [points[i] for i in comp.a.point_ids if i in points]
     means = [p.metrics["server_running_mean"] for p in pts if "server_running_mean" in p.metrics]
     head = (f"The threshold is a client concurrency: C={t} requests kept in flight by the benchmark client. "
             "The engines switch on the server's running batch")
     if not means:
-        return head + f"; the server's running-requests gauge was not recorded at C={t}, so the batch size there is not known."
+        return t, (head + f"; the server's running-requests gauge was not recorded at C={t}, so the batch size there "
+                   f"is not known: the switch is at a running batch of {t}, as if the server ran every request "
+                   "the client kept in flight.")
     p50 = [p.metrics["server_running_p50"] for p in pts if "server_running_p50" in p.metrics]
     p90 = [p.metrics["server_running_p90"] for p in pts if "server_running_p90" in p.metrics]
-    return (head + f": at C={t} ({comp.a.config}, campaign {comp.a.campaign}) the server's running batch averaged "
+    said = (head + f": at C={t} ({comp.a.config}, campaign {comp.a.campaign}) the server's running batch averaged "
             f"{sum(means) / len(means):.1f}" + (f" (p50 {max(p50):g}, p90 {max(p90):g})" if p50 and p90 else "")
-            + ", ramp-up and ramp-down included.")
+            + ", ramp-up and ramp-down included")
+    if not p90:
+        return t, (said + f"; with no p90 recorded, the switch is at a running batch of {t}, as if the server "
+                   "ran every request the client kept in flight once the ramp was over.")
+    batch = min(t, max(1, round(sum(p90) / len(p90))))
+    if batch == t:
+        return t, said + f", so the switch is at a running batch of {t}, the batch it reached there (p90)."
+    return batch, (said + f", so the switch is at a running batch of {batch}, the batch it reached there (p90), "
+                   f"not at the client's {t}: the server ran fewer requests than the client kept in flight "
+                   "(queued or prefilling).")
 
 
 def _gap_note(cand: Candidate) -> str | None:
@@ -581,20 +606,22 @@ def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None
             if config is not None and cand.config != config:
                 continue
             f = facts_of(data.configs.get(cand.config, {}), env, steps, device)
+            threshold, batch_note = _batch_threshold(cand, points)
             outcomes = []
             for engine in chosen:
                 if engine == "sglang":
                     name = file_name(wc.workload, cand.config)
-                    outcomes.append(_sglang(cand.policy, cand.threshold, f, largest,
+                    outcomes.append(_sglang(cand.policy, threshold, f, largest,
                                             f"{adaptive_dir.rstrip('/')}/{name}" if adaptive_dir else name))
                 else:
-                    outcomes.append(_vllm(cand.policy, cand.threshold, f, largest, draft_model))
+                    outcomes.append(_vllm(cand.policy, threshold, f, largest, draft_model))
             simulated = ("SIMULATED: derived from the findings emulator's model, not from a measured server; "
                          "these settings show the mechanics, not a deployment to make." if wc.simulated else None)
-            notes = tuple(n for n in (simulated, _batch_note(cand, points), _gap_note(cand)) if n)
+            notes = tuple(n for n in (simulated, batch_note, _gap_note(cand)) if n)
             out.append(Deployment(workload=wc.workload, config=cand.config, policy=cand.policy,
-                                  threshold=cand.threshold, engines=tuple(outcomes), notes=notes,
-                                  crossover=cand.crossover.to_json() if cand.crossover is not None else None))
+                                  threshold=threshold, engines=tuple(outcomes), notes=notes,
+                                  crossover=cand.crossover.to_json() if cand.crossover is not None else None,
+                                  threshold_concurrency=cand.threshold))
     for oc in open_loop:
         if workload is not None and oc.workload != workload:
             continue
@@ -653,6 +680,9 @@ def to_json(deployments: list[Deployment]) -> dict[str, Any]:
         entry: dict[str, Any] = {"policy": d.policy, "threshold": d.threshold, "notes": list(d.notes)}
         if d.crossover is not None:
             entry["crossover"] = dict(d.crossover)
+        if d.threshold_concurrency is not None:
+            entry["load_axis"] = "concurrency"
+            entry["threshold_concurrency"] = d.threshold_concurrency
         if d.threshold_rate is not None:
             entry["load_axis"] = "request_rate"
             entry["threshold_rate"] = d.threshold_rate

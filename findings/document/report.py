@@ -418,8 +418,11 @@ def _deploy_block(d: deploy.Deployment) -> dict[str, Any]:
             else None,
             "notes": list(e.notes),
         })
+    c = d.threshold_concurrency
     where = (f"threshold running batch {d.threshold} (at {d.threshold_rate:g} req/s)"
-             if d.threshold_rate is not None and d.threshold else f"threshold C={d.threshold}" if d.threshold else None)
+             if d.threshold_rate is not None and d.threshold else
+             f"threshold C={c}" + (f" (running batch {d.threshold})" if d.threshold != c else "")
+             if c is not None and d.threshold else f"threshold C={d.threshold}" if d.threshold else None)
     return {"config": d.config, "policy": d.policy, "threshold": d.threshold, "threshold_text": where,
             "notes": list(d.notes), "engines": engines}
 
@@ -471,6 +474,15 @@ def _latest_change(entry: Entry | None, workload: str, config: str, measured: bo
     return "no change" if measured else "not measured"
 
 
+def _closed_threshold(c: int | None, block: Mapping[str, Any] | None) -> str:
+    """A closed-loop threshold in the summary: the client C, and the running
+    batch the Deploy block switches at where that differs."""
+    if c is None:
+        return "—"
+    batch = block.get("threshold") if block is not None else None
+    return f"C={c}" + (f" (running batch {batch})" if batch is not None and batch != c else "")
+
+
 def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
              lines: Mapping[tuple[str, str], str]) -> dict[str, Any]:
     """The first screen: one row per workload and candidate, read from the
@@ -499,7 +511,7 @@ def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
             rows.append({"workload": wc.workload, "candidate": cand.config,
                          "policy": cand.policy + (f" {caveats.MARK}" if marked else ""), "marked": marked,
                          "unlike": caveats.unlike(why),
-                         "threshold": f"C={cand.threshold}" if cand.threshold is not None else "—",
+                         "threshold": _closed_threshold(cand.threshold, blocks.get((wc.workload, cand.config))),
                          "crossover": prose.crossover_short(cand), "deploy": text, "anchor": anchor,
                          "latest": _latest_change(entry, wc.workload, cand.config, wc.workload in measured)})
     for oc in derived.open_loop:

@@ -887,3 +887,17 @@ def test_zz_fuzz_count() -> None:
     text = report()
     print("\n" + text)
     assert sum(n for t, n in CASES.items() if t != "regression") > 0
+
+
+def test_a_nan_metric_after_a_finite_one_is_refused():
+    """Found by test_run_from_dict_mutated: the reader's fast path bounded the
+    metrics by min() and max(), and min([1.0, nan]) is 1.0, so a NaN second
+    in a point's metrics was read as data."""
+    from findings.core.errors import StoreError
+    from findings.store.schema import run_from_dict
+
+    doc = json.loads(sorted((Path(__file__).parent / "fixtures" / "store" / "runs").glob("*.json"))[0].read_text())
+    metrics = doc["points"][0]["metrics"]
+    doc["points"][0]["metrics"] = {**{k: float(v) for k, v in metrics.items()}, "zz_last": float("nan")}
+    with pytest.raises(StoreError, match="zz_last': expected a finite number"):
+        run_from_dict(doc, "runs/x.json")

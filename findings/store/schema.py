@@ -375,7 +375,8 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
                 and type(conc := p.get("concurrency")) is int and conc >= 1
                 and type(metrics_raw := p.get("metrics")) is dict and metrics_raw
                 and set(map(type, metrics_raw.values())) == _FLOAT
-                and -_BIG < min(metrics_raw.values()) and max(metrics_raw.values()) < _BIG
+                # Each value compared, not min/max: min([1.0, nan]) is 1.0, and NaN must fail.
+                and all(-_BIG < v < _BIG for v in metrics_raw.values())
                 and metrics_raw.get(THROUGHPUT, 0.0) >= 0
                 and ((requests := p.get("requests")) is None or type(requests) is dict)
                 and ((note := p.get("note")) is None or type(note) is str)

@@ -10,16 +10,9 @@ import subprocess
 from pathlib import Path
 
 from conftest import FIXTURES, cli
+from test_first_screen import _render
 
 from findings.document.render import paragraphs
-
-
-def _render(project: Path, tmp_path: Path) -> str:
-    out = tmp_path / "doc.md"
-    r = cli("--settings", str(project / "findings.toml"), "--store", str(FIXTURES / "store"),
-            "render", "--output", str(out))
-    assert r.exit_code == 0, r.output
-    return out.read_text()
 
 
 def test_paragraphs_joins_soft_breaks_and_keeps_blocks():

@@ -120,14 +120,16 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
     valid = cells(data, rules, gate_flags)
     done = regressions.conclude_with_steps(data, rules, valid)
     flags = {**gate_flags, **done.suspect_flags}
+    spec = caveats.speculative_configs(data.configs, data.points)
+    points = {p.id: p for p in data.points}
     return Derived(
         data=data, rules=rules, flags=flags, concluded=done,
         history=tuple(replay(data, rules, done.cells, done.moves, cache=history_cache)),
-        open_loop=openloop.conclude(data, rules, flags),
+        open_loop=openloop.conclude(data, rules, flags, spec=spec, points=points),
         by_category=tuple(categories.differences(done.conclusions, categories.families(data.points),
                                                  SIMULATED_SUFFIX)),
         failures_unknown=tuple(p.id for p in data.points if every[p.id].failures_unknown),
         counts=every,
-        speculative=caveats.speculative_configs(data.configs, data.points),
-        points={p.id: p for p in data.points},
+        speculative=spec,
+        points=points,
     )

@@ -376,12 +376,18 @@ def _replay_best(configs: Sequence[str], verdicts: Mapping[tuple[str, str], str]
     return None
 
 
-def conclude(data: Dataset, rules: Rules, flags: Mapping[str, tuple[str, ...]]) -> tuple[OpenLoopConclusion, ...]:
+def conclude(data: Dataset, rules: Rules, flags: Mapping[str, tuple[str, ...]], *,
+             spec: frozenset[str] | None = None,
+             points: Mapping[str, Point] | None = None) -> tuple[OpenLoopConclusion, ...]:
     """Every open-loop workload's conclusion (simulated points a workload of
-    their own, as in findings.derive.analysis); flagged points left out."""
+    their own, as in findings.derive.analysis); flagged points left out.
+    ``spec`` and ``points``: the speculative configs and the points by id,
+    where the caller has them already (derive does); else found here."""
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
-    spec = caveats.speculative_configs(data.configs, data.points)
-    points = {p.id: p for p in data.points}
+    if spec is None:
+        spec = caveats.speculative_configs(data.configs, data.points)
+    if points is None:
+        points = {p.id: p for p in data.points}
     by: dict[str, list[Point]] = {}
     for p in data.points:
         if open_loop(p) is None or p.id in flags:

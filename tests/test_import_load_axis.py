@@ -220,6 +220,26 @@ def test_four_lengths_in_one_sglang_file_are_four_workloads(tmp_path: Path) -> N
             (doc["random_input_len"], doc["random_output_len"])
 
 
+def test_a_long_differing_value_makes_a_short_valid_workload_name(tmp_path: Path) -> None:
+    """Found by the importers' fuzzer: a value that differs between two records
+    (here a huge integer) became a workload name longer than the store
+    accepts. Long values are shortened with a hash of the whole value; a name
+    that still cannot be stored is refused in one line."""
+    docs = lines(SGL / "v0_5_23_four_lengths.jsonl")[:2]
+    docs[1] = {**docs[0], "backend": "x" * 400}
+    f = tmp_path / "two.jsonl"
+    f.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    st = tmp_path / "st"
+    r = ingest(st, "sglang-bench", f, workload="w")
+    assert r.exit_code == 0, r.output
+    names = sorted(p.workload for p in store.load(st).points)
+    assert len(names) == 2 and all(len(n) <= 40 for n in names) and len(set(names)) == 2
+    r = ingest(tmp_path / "st2", "sglang-bench", f, workload="w" * 190)
+    assert r.exit_code == 1 and nothing_written(tmp_path / "st2")
+    assert one_line(r.output).endswith("is longer than a store name may be (200 characters); pass a shorter "
+                                       "--workload")
+
+
 def test_the_guard_rail_across_files_stays_and_its_suggestion_stores_the_file(tmp_path: Path) -> None:
     st = tmp_path / "st"
     assert ingest(st, "sglang-bench", SGL / "v0_5_23_four_lengths.jsonl", workload="w").exit_code == 0

@@ -15,7 +15,7 @@ from findings.core.version import __version__
 from findings.core.errors import InputError
 from findings.core.model import Campaign, Input, Point, Run, Scalar
 from findings.store.identity import definition
-from findings.store.schema import RECORD_HASH_PREFIX, SCHEMA_VERSION
+from findings.store.schema import RECORD_HASH_PREFIX, SCHEMA_VERSION, valid_name
 
 
 @dataclass(frozen=True)
@@ -228,6 +228,8 @@ def check_given_used(path: str, given: int | None, loads: list[Load]) -> None:
 
 # --- Several workloads in one file (D98) -----------------------------------------------------------------------
 
+#: The longest value written whole into a split workload's name.
+_TOKEN_MAX = 24
 #: How a differing definition key shows in a workload's name.
 _SHORT = {"input_len": "in", "output_len": "out"}
 
@@ -241,10 +243,14 @@ def _token(key: str, value: Scalar) -> str:
     if value is None:
         return f"no-{name}"
     text = str(value)
-    return "".join(ch if ch.isalnum() or ch in "._" else "-" for ch in text).strip("-") or name
+    token = "".join(ch if ch.isalnum() or ch in "._" else "-" for ch in text).strip("-") or name
+    if len(token) > _TOKEN_MAX:  # a long value: its start and a hash of all of it, still one per value
+        token = token[:12] + "-" + hashlib.sha256(text.encode()).hexdigest()[:8]
+    return token
 
 
-def split_workloads(points: list[Point], importer: str, workload: str) -> tuple[list[Point], tuple[str, ...]]:
+def split_workloads(points: list[Point], importer: str, workload: str,
+                    path: str = "") -> tuple[list[Point], tuple[str, ...]]:
     """One workload per definition: a file whose records give ``workload``
     several definitions (sglang.bench_serving appends every run to one file)
     is split, each part named ``workload`` plus what differs
@@ -260,6 +266,11 @@ def split_workloads(points: list[Point], importer: str, workload: str) -> tuple[
     out, names = [], []
     for p, d in zip(points, defs):
         name = "-".join([workload, *(_token(k, d.get(k)) for k in differ)])
+        if not valid_name(name):
+            raise InputError(path, p.source_line, None,
+                             f"the file gives workload {workload!r} several definitions, and the name for one of "
+                             f"them, {name[:60]!r}..., is longer than a store name may be (200 characters); "
+                             "pass a shorter --workload")
         out.append(replace(p, workload=name))
         if name not in names:
             names.append(name)

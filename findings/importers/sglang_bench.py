@@ -228,7 +228,7 @@ def read(
             raise InputError(src.path, None, None, "the file is empty: no result lines")
         raise InputError(src.path, None, None, "every line was already ingested; nothing to add")
     check_given_used(src.path, concurrency, loads)
-    points, _ = split_workloads(points, NAME, workload)
+    points, _ = split_workloads(points, NAME, workload, src.path)
     if "sglang_version" in facts:
         env.setdefault("sglang_version", facts["sglang_version"])
     return make_run(

@@ -338,7 +338,7 @@ def read(
     if not points:
         raise InputError(src.path, None, None, "every result was already ingested; nothing to add")
     check_given_used(src.path, concurrency, loads)
-    points, _ = split_workloads(points, NAME, workload)
+    points, _ = split_workloads(points, NAME, workload, src.path)
     return make_run(
         src, NAME, VERSION, source, environment=dict(environment or {}),
         campaigns=(Campaign(name=campaign, date=date, order=order),),

@@ -21,6 +21,17 @@ from findings.core.model import THROUGHPUT, Campaign, Dataset, Point
 # commands they run goes to a folder of this session, never the user's.
 os.environ.setdefault("FINDINGS_CACHE_DIR", tempfile.mkdtemp(prefix="findings-test-cache-"))
 
+# Property tests (hypothesis) draw the same cases on every `make test` run, so
+# that a clean-clone CI run cannot fail by chance; `make soak` draws new ones.
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover - hypothesis is in the dev extra
+    pass
+else:
+    _hypothesis_settings.register_profile("findings-default", derandomize=True, database=None)
+    if os.environ.get("FINDINGS_SOAK") != "1":
+        _hypothesis_settings.load_profile("findings-default")
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SGL = FIXTURES / "sglang_bench"

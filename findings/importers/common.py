@@ -138,9 +138,10 @@ def parse_rate(path: str, line: int | None, key: str, value: Any) -> float | Non
         return None
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "+inf"):
         return math.inf
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value <= 0:
-        raise InputError(path, line, key, f"expected a rate > 0 (requests/s) or inf, got {value!r}")
-    return float(value)
+    number = _positive(value)
+    if number is None:
+        raise InputError(path, line, key, f"expected a rate > 0 (requests/s) or inf, got {_show(value)}")
+    return number
 
 
 def parse_burstiness(path: str, line: int | None, key: str, value: Any) -> Scalar:
@@ -149,9 +150,31 @@ def parse_burstiness(path: str, line: int | None, key: str, value: Any) -> Scala
         return None
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", "+inf"):
         return "inf"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value <= 0:
-        raise InputError(path, line, key, f"expected a number > 0 or inf, got {value!r}")
-    return "inf" if math.isinf(value) else float(value)
+    number = _positive(value)
+    if number is None:
+        raise InputError(path, line, key, f"expected a number > 0 or inf, got {_show(value)}")
+    return "inf" if math.isinf(number) else number
+
+
+def _positive(value: Any) -> float | None:
+    """A JSON number > 0 as a float (inf kept), None for anything else: a
+    non-number, NaN, <= 0, or an integer too large for a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if number > 0 else None  # NaN > 0 is False
+
+
+def _show(value: Any) -> str:
+    """A value for a one-line message, cut short (a fuzzed file may hold a 400-digit integer)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        return "an integer too large to print"
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,9 @@ _CREATE_HELP = ("Make the store if it does not exist yet (a new or empty folder)
 
 
 def _checks(s: Settings, allow_workload_change: bool, create: bool = False) -> ingest_lib.Checks:
-    return ingest_lib.Checks(baseline=s.rules.baseline, allow_workload_change=allow_workload_change, create=create)
+    home = s.store.resolve() == s.home_store.resolve()
+    return ingest_lib.Checks(baseline=s.rules.baseline, allow_workload_change=allow_workload_change, create=create,
+                             home_simulated=s.simulated_store if home else None)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -136,8 +138,12 @@ _SLO_OPTIONS = [
 ]
 
 
-def _slo(kw: dict[str, Any]) -> ingest_lib.SloOption:
-    return ingest_lib.SloOption(kw.pop("slo_ttft_ms"), kw.pop("slo_tpot_ms"), kw.pop("slo_attainment"))
+def _slo(kw: dict[str, Any], s: Settings) -> ingest_lib.SloOption:
+    """The command line's SLO, each limit not given taken from findings.toml (D108)."""
+    given = (kw.pop("slo_ttft_ms"), kw.pop("slo_tpot_ms"), kw.pop("slo_attainment"))
+    from_settings = given[0] is None and given[1] is None and given[2] is None  # else the command line decides
+    ttft, tpot, share = (g if g is not None else d for g, d in zip(given, s.request_slo))
+    return ingest_lib.SloOption(ttft, tpot, share, from_settings=from_settings)
 
 
 def _labelled_file_options(fn: Any) -> Any:
@@ -163,7 +169,7 @@ def _labelled_file_options(fn: Any) -> Any:
 def _ingest_labelled(obj: Context, fn: Any, file: str, allow_workload_change: bool, create: bool,
                      **kw: Any) -> None:
     s = _run(obj.settings)
-    slo = _slo(kw)
+    slo = _slo(kw, s)
     click.echo(_run(fn, s.store, file, checks=_checks(s, allow_workload_change, create), slo=slo, **kw).summary())
 
 
@@ -225,7 +231,7 @@ def ingest_recovery(obj: Context, file: str, create: bool) -> None:
 def ingest_auto(obj: Context, /, file: str, allow_workload_change: bool, create: bool, **kw: Any) -> None:
     """Detect the format of FILE (table, sglang-bench, vllm-bench, aiperf), say which, and import it."""
     s = _run(obj.settings)
-    slo = _slo(kw)
+    slo = _slo(kw, s)
     fmt_name, result = _run(ingest_lib.ingest_auto, s.store, file, checks=_checks(s, allow_workload_change, create),
                             slo=slo, **kw)
     click.echo(f"detected format: {fmt_name} ({result.detected_by})")
@@ -365,6 +371,9 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
         if missing:
             raise click.UsageError(f"attach mode needs {', '.join(missing)} (or give a MATRIX file)")
         assert url and config and campaign and workload
+        if request_rate is not None or load_profile is not None or trace is not None:  # open loop: D108
+            slo_ttft_ms, slo_tpot_ms, slo_attainment = (
+                g if g is not None else d for g, d in zip((slo_ttft_ms, slo_tpot_ms, slo_attainment), s.request_slo))
         load = _run(attach_load, request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
                     duration_s=duration_s, load_profile=load_profile, trace=trace, time_scale=time_scale,
                     block_size=block_size, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms,

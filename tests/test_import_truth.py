@@ -67,14 +67,14 @@ def test_a_40_percent_failed_sglang_point_is_flagged_and_draws_no_verdict(tmp_pa
     assert (p.metrics["planned"], p.metrics["completed"], p.metrics["failed"]) == (256, 154, 102)
     got = conclusions(s)
     assert got["flagged"] == {p.id: ["40% of requests failed (102 of 256; limit 5%)"]}
-    cand = got["workloads"]["w"]["candidates"].get("eagle3-topk1-v2")
+    cand = got["workloads"]["w (simulated)"]["candidates"].get("eagle3-topk1-v2")
     # No verdict at C=32 is drawn from the flagged point, so no policy rests on it.
     assert cand is None or ("32" not in cand["verdicts"] and cand["policy"] != "always-on")
     # Without the gate, the same file would have made it a win and the policy always-on:
     # the story of issue 12.
     loose = tmp_path / "loose.toml"
     loose.write_text(f'[findings]\nstore = "{s}"\nmax_failed_fraction = 1.0\n')
-    ungated = conclusions(s, "--settings", str(loose))["workloads"]["w"]["candidates"]["eagle3-topk1-v2"]
+    ungated = conclusions(s, "--settings", str(loose))["workloads"]["w (simulated)"]["candidates"]["eagle3-topk1-v2"]
     assert ungated["verdicts"] == {"32": "win"} and ungated["policy"] == "always-on"
 
 

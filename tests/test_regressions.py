@@ -3,7 +3,8 @@
 The scenario: campaign c1 on sglang 0.5.20 (baseline and spec-g within 1%),
 campaign c2 on sglang 0.5.23 (the baseline 12% slower at every C, spec-g
 unchanged), as sglang.bench_serving files with their server_info
-(tests/fixtures/regressions/, made by make_scenario.py).
+(tests/fixtures/regressions/, made by make_scenario.py). The files measured
+the findings emulator, so the workload is ``chat (simulated)`` (D108).
 """
 
 from __future__ import annotations
@@ -47,12 +48,12 @@ def test_engine_upgrade_is_a_baseline_regression_not_a_better_candidate(tmp_path
     ingest_scenario(st)
     doc = conclusions(st)
     assert doc["regressions"] == [{
-        "workload": "chat", "config": "baseline", "campaign": "c2", "previous_campaign": "c1",
+        "workload": "chat (simulated)", "config": "baseline", "campaign": "c2", "previous_campaign": "c1",
         "direction": "regression", "concurrency": [1, 8, 32], "ratio": 0.88,
         "ratios": {"1": 0.88, "8": 0.88, "32": 0.88}, "band": 0.04,
         "facts_changed": {"sglang_version": ["0.5.20", "0.5.23"]}, "evidence": "a recorded fact changed",
     }]
-    spec = doc["workloads"]["chat"]["candidates"]["spec-g"]
+    spec = doc["workloads"]["chat (simulated)"]["candidates"]["spec-g"]
     # The step left the baseline's drift: spec-g is judged with the floor, not a band of ±12%.
     assert spec["bands"] == {"1": 0.04, "8": 0.04, "32": 0.04}
     assert spec["policy"] == "always-on"
@@ -79,7 +80,7 @@ def test_golden_document_for_the_scenario(tmp_path: Path) -> None:
     ingest_scenario(project / "st")
     text = render_golden(project, tmp_path / "doc.md", GOLDEN, "tests/test_regressions.py")
     section = text.split("## Regressions and improvements")[1].split("\n## ")[0]
-    assert "| chat       | baseline | regression -12.0% | C=1–32 (3 of 3) | c1 → c2     | sglang_version 0.5.20 → 0.5.23" \
+    assert "| chat (simulated) | baseline | regression -12.0% | C=1–32 (3 of 3) | c1 → c2     | sglang_version 0.5.20 → 0.5.23" \
         in section
     assert "Verdicts that flipped because the baseline moved" in text
 
@@ -248,7 +249,7 @@ def test_diff_reports_the_new_regression_between_two_commits(tmp_path: Path) -> 
     settings = ["--settings", str(repo / "findings.toml")]
     md = cli(*settings, "diff", "HEAD~1").output
     assert "**Regressions and improvements (new)**" in md
-    assert ("- `baseline` on `chat`: regression -12.0% at C=1–32 (3 of 3), `c1` → `c2`; "
+    assert ("- `baseline` on `chat (simulated)`: regression -12.0% at C=1–32 (3 of 3), `c1` → `c2`; "
             "recorded: sglang_version 0.5.20 → 0.5.23") in md
     assert "  - spec-g's verdicts against baseline changed at C=1, 8 and 32" in md
     assert "  - recorded facts: baseline: sglang_version 0.5.20 → 0.5.23; spec-g: sglang_version 0.5.20 → 0.5.23" in md

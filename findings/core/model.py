@@ -77,6 +77,12 @@ class Point:
     def simulated(self) -> bool:
         return self.source == "simulated"
 
+    @property
+    def by_runner(self) -> bool:
+        """Measured by findings' own runner (a real server or the emulator),
+        not imported from another tool's file (which names its file)."""
+        return self.source in ("runner", "simulated") and self.source_file is None
+
 
 @dataclass(frozen=True)
 class Input:

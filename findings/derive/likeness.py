@@ -49,7 +49,7 @@ TRUE = frozenset({"true", "1", "yes", "on"})
 EMULATOR_MODEL = "findings-emulator/"
 
 
-def _emulated(facts: Mapping[str, Scalar]) -> bool:
+def emulated(facts: Mapping[str, Scalar]) -> bool:
     """A config of the findings emulator: its facts say so, or (imported
     from another tool's file, which records only the served name) its model
     is named the emulator's way."""
@@ -89,7 +89,7 @@ def reasons(a_config: str, a_facts: Mapping[str, Scalar], a_points: Iterable[Poi
     "measured" (caveats.describe); empty when nothing recorded differs."""
     out = []
     ta, tb = target(a_facts), target(b_facts)
-    if ta is not None and tb is not None and ta != tb and not (_emulated(a_facts) or _emulated(b_facts)):
+    if ta is not None and tb is not None and ta != tb and not (emulated(a_facts) or emulated(b_facts)):
         out.append(f"between different target models ({b_config}: {tb}; {a_config}: {ta})")
     xa, xb = _apis(a_points), _apis(b_points)
     # Names the map knows are compared across tools; a tool's own name only

@@ -168,7 +168,7 @@ def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates, n: Counts | Non
     drafted_nothing = m.get("draft_tokens_metrics") == 0
     if spec is False and has_accept:
         out.append("reports speculative acceptance, but the config runs no speculation")
-    if (spec is True and not has_accept and not drafted_nothing and p.source in ("runner", "simulated")
+    if (spec is True and not has_accept and not drafted_nothing and p.by_runner
             and (n.completed or 0) > 0):
         out.append("a speculative config that reported no acceptance")
     return tuple(out)

@@ -47,6 +47,10 @@ class Settings:
     simulated_store: bool = False
     #: Latency limits for goodput and the SLO line of the conclusion (optional).
     slo: Slo = Slo()
+    #: The per-request SLO of open-loop points (slo_ttft_ms, slo_tpot_ms,
+    #: slo_attainment): what `findings ingest` and `findings bench --url
+    #: --request-rate` use where the command line gives none (D108).
+    request_slo: tuple[float | None, float | None, float | None] = (None, None, None)
     #: Also write SVG plots next to the document (needs the [plots] extra).
     plots: bool = False
     #: Sections for the latest this many campaigns only (0: all); see report.build.
@@ -102,7 +106,8 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
     if not isinstance(table, dict):
         raise SettingsError(f"{path}: [findings] must be a table")
     numbers = {"noise_floor", "confidence", "resamples", "max_failed_fraction", "max_client_lag_ms",
-               "max_client_cpu", "max_send_lateness_ms", "min_achieved_share", "slo_ttft_p99_ms", "slo_tpot_p99_ms", "drift_window",
+               "max_client_cpu", "max_send_lateness_ms", "min_achieved_share", "slo_ttft_p99_ms", "slo_tpot_p99_ms",
+               "slo_ttft_ms", "slo_tpot_ms", "slo_attainment", "drift_window",
                "drift_cap"}
     known = {"store", "document", "templates", "template", "title", "baseline", "simulated", "plots",
              "interval", "detail_campaigns"} | numbers
@@ -122,6 +127,13 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                               or v < 0):
             raise SettingsError(f"{path}: setting {key!r} must be a number >= 0")
+    for key in ("slo_ttft_ms", "slo_tpot_ms", "slo_attainment"):
+        if table.get(key) == 0:
+            raise SettingsError(f"{path}: setting {key!r} must be a number > 0")
+    if "slo_attainment" in table and "slo_ttft_ms" not in table and "slo_tpot_ms" not in table:
+        raise SettingsError(f"{path}: setting 'slo_attainment' needs an SLO: slo_ttft_ms and/or slo_tpot_ms")
+    if float(table.get("slo_attainment", 0.5)) > 1:
+        raise SettingsError(f"{path}: setting 'slo_attainment' is a share in (0, 1], e.g. 0.9")
     if not 0.5 <= float(table.get("confidence", 0.95)) < 1:
         raise SettingsError(f"{path}: setting 'confidence' is a level in [0.5, 1), e.g. 0.95")
     if int(table.get("resamples", 2000)) < 100:
@@ -165,6 +177,8 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         ),
         slo=Slo(ttft_p99_ms=_opt_float(table.get("slo_ttft_p99_ms")),
                 tpot_p99_ms=_opt_float(table.get("slo_tpot_p99_ms"))),
+        request_slo=(_opt_float(table.get("slo_ttft_ms")), _opt_float(table.get("slo_tpot_ms")),
+                     _opt_float(table.get("slo_attainment"))),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from findings.core.version import __version__
 from findings.core.errors import InputError
 from findings.core.model import Campaign, Input, Point, Run, Scalar
+from findings.derive import likeness
 from findings.store.identity import definition
 from findings.store.schema import RECORD_HASH_PREFIX, SCHEMA_VERSION, valid_name
 
@@ -108,7 +109,21 @@ def make_run(src: Source, importer: str, version: str, source: str, *,
              environment: Mapping[str, Scalar], campaigns: tuple[Campaign, ...],
              configs: Mapping[str, Mapping[str, Scalar]], points: list[Point],
              hashes: set[str], extra_inputs: tuple[Input, ...] = ()) -> Run:
-    """The Run an importer returns: provenance filled in the same way for all."""
+    """The Run an importer returns: provenance filled in the same way for all.
+
+    A point whose config the findings emulator served (its facts say
+    ``emulated``, or its model is ``findings-emulator/<profile>``) is
+    ``simulated``, whoever's client measured it (D108): it is analysed apart
+    from real points and never goes into a real home store."""
+    emulated = {p.config for p in points if likeness.emulated(configs.get(p.config, {}))}
+    if emulated and emulated != {p.config for p in points}:
+        raise InputError(src.path, None, None,
+                         f"configs {', '.join(sorted(emulated))} were served by the findings emulator and the "
+                         f"others by a real server: simulated and real results are never one run; import "
+                         f"them from separate files")
+    if emulated:
+        source = "simulated"
+        points = [replace(p, source=source) for p in points]
     return Run(
         schema_version=SCHEMA_VERSION,
         run_id=run_id(importer, src.sha256),
@@ -310,10 +325,19 @@ class SloOption:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     attainment: float | None = None
+    #: The SLO came from findings.toml, not the command line (D108): it
+    #: applies where it can (open-loop points with per-request times) and is
+    #: skipped, with a count in the summary, where it cannot.
+    from_settings: bool = False
 
     @property
     def set(self) -> bool:
         return self.ttft_ms is not None or self.tpot_ms is not None
+
+    def describe(self) -> str:
+        parts = [f"TTFT ≤ {self.ttft_ms:g} ms" if self.ttft_ms is not None else "",
+                 f"TPOT ≤ {self.tpot_ms:g} ms" if self.tpot_ms is not None else ""]
+        return " and ".join(p for p in parts if p)
 
 
 def _request_meets(ttft_s: Any, itl: Any, e2e_s: Any, out: Any, error: Any, slo: SloOption) -> bool:
@@ -347,6 +371,9 @@ def apply_slo(run: Run, slo: SloOption) -> Run:
             raise InputError(run.source_file or run.run_id, None, None,
                              "--slo-attainment needs an SLO: give --slo-ttft-ms and/or --slo-tpot-ms")
         return run
+    lenient = slo.from_settings
+    if lenient and not any(p.workload_params.get("load") == "rate" for p in run.points):
+        return run  # findings.toml's SLO has nothing to judge in a closed-loop file
     if not any(p.workload_params.get("load") == "rate" for p in run.points):
         raise InputError(run.source_file or run.run_id, None, None,
                          "an SLO judges open-loop points, and the file has none (no finite request_rate): "
@@ -361,6 +388,9 @@ def apply_slo(run: Run, slo: SloOption) -> Run:
         outs, itls, e2e = req.get("output_len"), req.get("itl_s"), req.get("e2e_s")
         duration = p.metrics.get("duration")
         if not isinstance(ttft, list) or not isinstance(outs, list) or not duration:
+            if lenient:  # counted by slo_applied(); the summary says how many were left without
+                points.append(p)
+                continue
             raise InputError(p.source_file or run.run_id, p.source_line, None,
                              "an SLO needs per-request times and a duration, and this record has none "
                              "(sglang.bench_serving writes them with --output-details, vllm bench serve with "
@@ -379,3 +409,10 @@ def apply_slo(run: Run, slo: SloOption) -> Run:
         params["slo_attainment"] = slo.attainment if slo.attainment is not None else DEFAULT_ATTAINMENT
         points.append(replace(p, metrics=metrics, workload_params=params))
     return replace(run, points=tuple(points))
+
+
+def slo_applied(run: Run) -> tuple[int, int]:
+    """(open-loop points judged under an SLO, open-loop points without one)."""
+    rate = [p for p in run.points if p.workload_params.get("load") == "rate"]
+    judged = sum(1 for p in rate if "slo_met" in p.metrics)
+    return judged, len(rate) - judged

@@ -31,11 +31,14 @@ class Ingested:
     detected_by: str | None = None
     #: The workloads a file was split into, one per definition (D98); empty when not split.
     split: tuple[str, ...] = ()
+    #: Where findings.toml's SLO went (D108): None when it had none to apply.
+    slo_note: str | None = None
 
     def summary(self) -> str:
         split = f"; split by definition into workloads: {', '.join(self.split)}" if self.split else ""
+        slo = f"\n{self.slo_note}" if self.slo_note else ""
         return (f"ingested {self.points} points into run {self.run_id} "
-                f"(campaigns: {', '.join(self.campaigns)}{split}) -> {self.path}")
+                f"(campaigns: {', '.join(self.campaigns)}{split}) -> {self.path}{slo}")
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,22 @@ class Checks:
     allow_workload_change: bool = False
     #: Make the store if it is not one yet (``--create``); else such a path is refused.
     create: bool = False
+    #: The store is findings.toml's own: True when that is a simulated store,
+    #: False when a real one; None for any other store (--store elsewhere).
+    #: Simulated and real results never share the settings' own store (D108).
+    home_simulated: bool | None = None
 
 
 def _store(run: Run, store_dir: Path, checks: Checks, workload: str | None = None) -> Ingested:
+    simulated = run.source == "simulated"
+    if checks.home_simulated is not None and simulated != checks.home_simulated:
+        where = run.source_file or run.run_id
+        if simulated:
+            raise SettingsError(f"{where} measured the findings emulator (its recorded model or server facts say so), and "
+                                f"simulated results never go into the real store {store_dir}; pass --store "
+                                f"(e.g. benchmarks/results-emulated)")
+        raise SettingsError(f"{where}: {store_dir} is a store for simulated results only, and this file "
+                            f"measured a real server; use the real store (--store)")
     path = store.add_run(store_dir, run, baseline=checks.baseline, allow_workload_change=checks.allow_workload_change,
                          create=checks.create)
     names = tuple(dict.fromkeys(p.workload for p in run.points))
@@ -111,7 +127,20 @@ def _ingest_labelled(fmt: str, reader: Callable[..., Run], store_dir: Path, file
         environment=common.read_environment(environment),
         skip_lines=_skip(store_dir, skip_existing),
     )
-    return _store(common.apply_slo(run, slo), store_dir, checks, workload)
+    run = common.apply_slo(run, slo)
+    done = _store(run, store_dir, checks, workload)
+    return replace(done, slo_note=_slo_note(run, slo)) if slo.from_settings and slo.set else done
+
+
+def _slo_note(run: Run, slo: common.SloOption) -> str | None:
+    judged, without = common.slo_applied(run)
+    if not judged and not without:
+        return None  # a closed-loop file: nothing for an SLO to judge
+    text = f"findings.toml's SLO ({slo.describe()}) judged {judged} open-loop point{'s' * (judged != 1)}"
+    if without:
+        text += (f"; {without} had no per-request times (sglang.bench_serving --output-details, "
+                 f"vllm bench serve --save-detailed) and have no goodput")
+    return text
 
 
 def ingest_sglang_bench(store_dir: Path, file: str, *, config: str, campaign: str, workload: str,
@@ -163,8 +192,9 @@ def ingest_auto(store_dir: Path, file: str, *, config: str | None = None, campai
     if fmt == "table":
         extra = [name for name, value in (("--config", config), ("--campaign", campaign), ("--workload", workload),
                                           ("--date", date), ("--order", order), ("--concurrency", concurrency),
-                                          ("--slo-ttft-ms", slo.ttft_ms), ("--slo-tpot-ms", slo.tpot_ms),
-                                          ("--slo-attainment", slo.attainment))
+                                          *(() if slo.from_settings else (
+                                              ("--slo-ttft-ms", slo.ttft_ms), ("--slo-tpot-ms", slo.tpot_ms),
+                                              ("--slo-attainment", slo.attainment))))
                  if value is not None]
         if extra:
             raise SettingsError(f"{file} is a table (campaign, config and workload are its columns): "

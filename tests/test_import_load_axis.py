@@ -350,6 +350,24 @@ def test_a_reformatted_copy_is_a_duplicate(tmp_path: Path, fmt: str, path: Path)
     assert len(store.load(st).points) == n
 
 
+def test_a_reformatted_table_is_a_duplicate(tmp_path: Path) -> None:
+    """The table too (D99): columns in another order, numbers written otherwise, an empty column added."""
+    src = tmp_path / "t.csv"
+    src.write_text("campaign,date,workload,config,concurrency,output_throughput_tok_s\n"
+                   "pub,2025-06-01,chat,baseline,1,120.5\npub,2025-06-01,chat,baseline,8,930\n")
+    copy = tmp_path / "copy.csv"
+    copy.write_text("config,concurrency,workload,output_throughput_tok_s,campaign,date,note\n"
+                    "baseline,1,chat,120.50,pub,2025-06-01,\nbaseline,8,chat,930.0,pub,2025-06-01,\n"
+                    "baseline,16,chat,1500,pub,2025-06-01,\n")
+    st = tmp_path / "st"
+    assert cli("ingest", "table", str(src), "--create", store=st).exit_code == 0
+    r = cli("ingest", "table", str(copy), store=st)
+    assert r.exit_code == 1 and "2 of its records were already ingested as run" in one_line(r.output)
+    r = cli("ingest", "table", str(copy), "--skip-existing", store=st)
+    assert r.exit_code == 0 and "ingested 1 points" in r.output
+    assert sorted(p.concurrency for p in store.load(st).points) == [1, 8, 16]
+
+
 def test_skip_existing_skips_reformatted_records_and_keeps_the_new(tmp_path: Path) -> None:
     src = SGL / "v0_5_23_rate_sweep.jsonl"
     first = tmp_path / "first.jsonl"

@@ -42,10 +42,10 @@ import csv
 import io
 import math
 from dataclasses import replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from findings.core.errors import InputError
-from findings.importers.common import Load, Source, line_hash, load_axis, make_run, run_id
+from findings.importers.common import Load, Source, line_hash, load_axis, make_run, record_hash, run_id
 from findings.core.model import THROUGHPUT, Campaign, Input, Point, Run, Scalar
 from findings.store.schema import point_id, valid_date, valid_name
 from findings.derive.validity import only_counts
@@ -167,6 +167,25 @@ def _name(src: Source, line: int, field: str, text: str) -> str:
     return text
 
 
+def _record(row: dict[str, str]) -> dict[str, Any]:
+    """A row's content for duplicate detection (D99): its non-empty cells by
+    column, numbers as numbers, so that a copy with the columns in another
+    order, other spacing or numbers written otherwise (``1`` and ``1.0``) is
+    the same record."""
+    out: dict[str, Any] = {}
+    for col, text in row.items():
+        if col is None or text is None or not text.strip():
+            continue
+        value = text.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            out[col] = value
+            continue
+        out[col] = number if math.isfinite(number) else value
+    return out
+
+
 def _fact(text: str) -> Scalar:
     for cast in (int, float):
         try:
@@ -224,11 +243,11 @@ def read(
     named: set[str] = set()
     for line, row, raw in rows:
         named.add(row["campaign"])
-        h = line_hash(raw)
-        if h in skip_lines:
+        h, rh = line_hash(raw), record_hash(_record(row))
+        if h in skip_lines or rh in skip_lines:
             continue
-        if h in hashes:
-            raise InputError(src.path, line, None, "this row repeats an earlier row exactly")
+        if h in hashes or rh in hashes:
+            raise InputError(src.path, line, None, "this row repeats an earlier row (the same values)")
         campaign = _name(src, line, "campaign", row["campaign"])
         config = _name(src, line, "config", row["config"])
         if configs_src is not None and config not in known:
@@ -286,7 +305,7 @@ def read(
             for key in (*SLO, MEASURED_ATTAINMENT):
                 if row.get(key):
                     raise InputError(src.path, line, key, "an SLO judges open-loop rows: only with a request_rate")
-        hashes.add(h)
+        hashes.update((h, rh))
         points.append(
             Point(
                 id=point_id(rid, len(points)),

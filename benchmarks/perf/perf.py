@@ -431,6 +431,11 @@ def section_render(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     measured = [r for size in sizes
                 for r in render_scaling.measure([size], ROOT / "build" / "perf" / "render",
                                                 repeats=1 if a.quick or size >= 1000000 else 2)]
+    # The same points as `findings bench --url` stores them: one run file a point (issue 38, item 4).
+    bench_size = 10000 if a.quick else 100000
+    log(f"render: the {bench_size}-point store shaped as findings bench writes it (one run file per point)")
+    measured += render_scaling.measure_bench_shape(bench_size, ROOT / "build" / "perf" / "render",
+                                                   repeats=1 if a.quick else 2)
     for r in measured:
         row = {"workload": "render-scaling", "config": r["command"], "concurrency": 1,
                "output_throughput_tok_s": "n/a", "store_points": float(r["size"])}

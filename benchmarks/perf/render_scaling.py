@@ -24,6 +24,7 @@ cache is not dropped, so "cold" means a fresh interpreter, not a cold disk.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -158,10 +159,13 @@ def _requests(rng: random.Random, c: int, n_req: int, tpot_ms: float, ttft_ms: f
     return cols
 
 
-def build_store(folder: Path, n_points: int, seed: int = 0, request_fraction: float = REQUEST_FRACTION) -> dict[str, int]:
+def build_store(folder: Path, n_points: int, seed: int = 0, request_fraction: float = REQUEST_FRACTION,
+                shape: str = "matrix") -> dict[str, int]:
     """A synthetic store of exactly ``n_points`` points: one nightly campaign a
     day, one run file per (campaign, config), as `findings bench` with a matrix
-    per config would write. Deterministic for a given seed."""
+    per config would write (``shape="matrix"``), or one run file per point
+    (``shape="bench"``: what `findings bench --url` writes, one point a
+    call). The points are the same either way. Deterministic for a given seed."""
     rng = random.Random(seed)
     made = 0
     day = 0
@@ -213,13 +217,19 @@ def build_store(folder: Path, n_points: int, seed: int = 0, request_fraction: fl
                         made += 1
             if not points:
                 continue
-            runs.append(Run(schema_version=SCHEMA_VERSION, run_id=run_id, source="runner", importer="findings-bench",
-                            importer_version="1", tool_version="0.1.0", created_at=f"{date}T03:00:00Z",
-                            source_file=None, source_sha256=hashlib.sha256(content.encode()).hexdigest(),
-                            environment=environment, campaigns=(campaign,), configs={config: facts},
-                            points=tuple(points),
-                            provenance={"url": "http://127.0.0.1:30000", "started_at": f"{date}T01:00:00Z",
-                                        "ended_at": f"{date}T03:00:00Z", "flush_cache": True}))
+            groups = [(run_id, content, points)] if shape == "matrix" else [
+                (f"{run_id}-{i:04d}", f"{content}/{i}", [dataclasses.replace(p, id=point_id(f"{run_id}-{i:04d}", 0),
+                                                                             run_id=f"{run_id}-{i:04d}")])
+                for i, p in enumerate(points)]
+            for rid, key, pts in groups:
+                runs.append(Run(schema_version=SCHEMA_VERSION, run_id=rid, source="runner",
+                                importer="findings-bench", importer_version="1", tool_version="0.1.0",
+                                created_at=f"{date}T03:00:00Z", source_file=None,
+                                source_sha256=hashlib.sha256(key.encode()).hexdigest(),
+                                environment=environment, campaigns=(campaign,), configs={config: facts},
+                                points=tuple(pts),
+                                provenance={"url": "http://127.0.0.1:30000", "started_at": f"{date}T01:00:00Z",
+                                            "ended_at": f"{date}T03:00:00Z", "flush_cache": True}))
         pending.extend(runs)
         n_runs += len(runs)
         day += 1
@@ -245,11 +255,14 @@ def _store_mib(folder: Path) -> float:
 
 
 def _cached_store(workdir: Path, size: int, seed: int, rebuild: bool,
-                  request_fraction: float = REQUEST_FRACTION) -> tuple[Path, dict[str, int]]:
+                  request_fraction: float = REQUEST_FRACTION, shape: str = "matrix") -> tuple[Path, dict[str, int]]:
     folder = workdir / (f"store-{size}" if request_fraction == REQUEST_FRACTION
                         else f"store-{size}-requests-{request_fraction:g}")
+    if shape != "matrix":
+        folder = folder.with_name(f"{folder.name}-{shape}")
     marker = folder / "synthetic.json"
-    key = {"size": size, "seed": seed, "generator": GENERATOR_VERSION, "request_fraction": request_fraction}
+    key = {"size": size, "seed": seed, "generator": GENERATOR_VERSION, "request_fraction": request_fraction,
+           **({"shape": shape} if shape != "matrix" else {})}
     if not rebuild and marker.is_file():
         info = json.loads(marker.read_text())
         if info.get("key") == key:
@@ -258,7 +271,7 @@ def _cached_store(workdir: Path, size: int, seed: int, rebuild: bool,
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     t0 = time.perf_counter()
-    stats = build_store(folder, size, seed, request_fraction)
+    stats = build_store(folder, size, seed, request_fraction, shape)
     print(f"built {folder}: {stats} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     marker.write_text(json.dumps({"key": key, "stats": stats}))
     return folder, stats
@@ -421,6 +434,28 @@ def measure(sizes: list[int] | tuple[int, ...] = DEFAULT_SIZES, workdir: Path | 
         shutil.rmtree(cache)
         row("write", write_latency(folder, seed), None)
     return rows
+
+
+def measure_bench_shape(size: int, workdir: Path | str = "build/perf/render", seed: int = 0,
+                        repeats: int = 1) -> list[dict[str, Any]]:
+    """``render`` without the cache of the same points stored one run file per
+    point, as `findings bench --url` writes them (command ``render-bench-shape``)."""
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    settings = _settings(workdir)
+    folder, stats = _cached_store(workdir, size, seed, False, REQUEST_FRACTION, shape="bench")
+    argv = _findings_cmd() + ["--store", str(folder), "--settings", str(settings), "render", "--output",
+                              str(workdir / f"doc-{size}-bench.md")]
+    best: tuple[float, float] | None = None
+    for _ in range(repeats):
+        wall, rss = timed(argv, workdir, workdir / f"render-bench-{size}.out", NO_CACHE)
+        if best is None or wall < best[0]:
+            best = (wall, rss)
+    assert best is not None
+    return [{"size": size, "command": "render-bench-shape", "wall_s": round(best[0], 3),
+             "peak_rss_mib": round(best[1], 1), "store_mib": round(_store_mib(folder), 1),
+             "bytes_per_point": round(_store_bytes(folder) / max(1, stats["points"])), "runs": stats["runs"],
+             "points_with_requests": stats["points_with_requests"]}]
 
 
 def main(argv: list[str] | None = None) -> int:

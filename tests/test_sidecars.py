@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from findings.core.series import window_series
+
 from conftest import ROOT, cache_off, cli, run_docs
 from findings import store as store_mod
 from findings.core.errors import StoreError
@@ -150,7 +152,13 @@ def test_an_old_store_reads_unchanged_and_migrates_to_the_same_document(tmp_path
     assert [(p.id, p.metrics, p.requests) for p in after.points] == \
         [(p.id, p.metrics, p.requests) for p in before.points]
     for old, new in zip(inline, run_docs(store)):
-        assert new["schema_version"] == SCHEMA_VERSION and new["points"] == old["points"]
+        # The migrated points gain their time-window series (D109), computed from the same records.
+        assert new["schema_version"] == SCHEMA_VERSION
+        assert [{k: v for k, v in p.items() if k != "series"} for p in new["points"]] == old["points"]
+        for p in new["points"]:
+            assert ("series" in p) == ("requests" in p)
+            if "requests" in p:
+                assert tuple(p["series"]["values"]) == window_series(p["requests"], concurrency=p["concurrency"])
     with cache_off():
         assert _render(conf, store, tmp_path / "after.md") == doc_before
     assert _render(conf, store, tmp_path / "cold.md") == doc_before
@@ -161,3 +169,68 @@ def test_an_old_store_reads_unchanged_and_migrates_to_the_same_document(tmp_path
     assert r.exit_code == 0 and "nothing to migrate" in r.output
     sizes = [sum(f.stat().st_size for f in (s / "runs").iterdir()) for s in (src, store)]
     assert sizes[1] < sizes[0] / 2, sizes  # bytes per point: measured in make perf
+
+
+# ------------------------------------------------------------------ the time-window series, written with the run (D109)
+
+def _runner_records(n: int, c: int) -> dict[str, object]:
+    """A closed loop at C=c as the runner records it: enough waves for a series."""
+    sent, ev_s, ev_n = [], [], []
+    for i in range(n):
+        sent.append(round((i // c) * 0.3 + 0.001 * (i % c), 6))
+        ev_s.append([0.05, 0.1, 0.2 + 0.01 * (i % 3)])
+        ev_n.append([1, 3, 4 + i % 2])
+    return {"sent_s": sent, "event_s": ev_s, "event_tokens": ev_n, "error": [""] * n,
+            "ttft_s": [0.05] * n, "e2e_s": [e[-1] for e in ev_s]}
+
+
+def test_the_series_is_written_with_the_run_and_a_render_reads_no_sidecar(tmp_path: Path) -> None:
+    from findings.core.series import SERIES_KEY
+
+    store = tmp_path / "st"
+    records = {0: _runner_records(24, 1), 1: _runner_records(24, 2)}
+    store_mod.add_run(store, _run("r1", records, n=2), create=True)
+    doc = json.loads((store / "runs" / "r1.json").read_text())
+    for i, p in enumerate(doc["points"]):
+        expect = window_series(records[i], concurrency=p["concurrency"])
+        assert expect and p["series"] == {"key": SERIES_KEY, "values": list(expect)}
+    with cache_off():
+        before = cli("conclusions", "--json", store=store)
+    assert before.exit_code == 0, before.output
+    # Records that no longer match the hash the run file recorded: every reader of
+    # the records refuses them, store check says so, and the render, which reads
+    # the series from the sealed run file, never opens them.
+    side = store / "runs" / f"r1{SIDECAR_SUFFIX}"
+    side.write_bytes(gzip.compress(b'{"kind":"findings-requests","run_id":"r1","points":{"0":{},"1":{}}}', mtime=0))
+    with cache_off():
+        after = cli("conclusions", "--json", store=store)
+    assert after.exit_code == 0 and after.output == before.output
+    with pytest.raises(StoreError, match="does not match the sha256 its run file recorded"):
+        store_mod.load(store)
+    r = cli("store", "check", store=store)
+    assert r.exit_code == 1 and "does not match the sha256" in r.output
+    # A missing sidecar is still named, though the render would not read it.
+    side.unlink()
+    with cache_off():
+        r = cli("conclusions", store=store)
+    assert r.exit_code == 1 and "its per-request records" in r.output and "are missing" in r.output
+
+
+def test_a_series_of_another_computation_is_ignored_and_one_that_disagrees_is_an_error(tmp_path: Path) -> None:
+    from findings.store.schema import run_from_dict, seal
+
+    store = tmp_path / "st"
+    records = {0: _runner_records(24, 1)}
+    store_mod.add_run(store, _run("r1", records, n=1), create=True)
+    path = store / "runs" / "r1.json"
+    doc = json.loads(path.read_text())
+    doc.pop("content_sha256", None)
+    other = json.loads(json.dumps(doc))
+    other["points"][0]["series"]["key"] = "w7-m1-v0"  # made by other code: not used
+    assert run_from_dict(other, "x").points[0].series is None
+    assert run_from_dict(doc, "x").points[0].series == window_series(records[0], concurrency=1)
+    # A sealed run file whose series its records do not give: store check names it.
+    doc["points"][0]["series"]["values"][0] += 1.0
+    path.write_bytes(seal((json.dumps(doc, indent=1) + "\n").encode()))
+    r = cli("store", "check", store=store)
+    assert r.exit_code == 1 and "points[0].series does not match its per-request records" in r.output, r.output

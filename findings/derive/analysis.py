@@ -23,7 +23,8 @@ from typing import Collection, Iterable, Mapping
 
 from findings.derive import crossover as crossover_mod
 from findings.core.model import THROUGHPUT, Dataset, Point
-from findings.derive.stats import ratio_bounds, ratio_ci, window_series
+from findings.core.series import window_series
+from findings.derive.stats import ratio_bounds, ratio_ci
 from findings.derive.validity import Gates, flagged
 
 WIN, TIE, LOSS = "win", "tie", "loss"

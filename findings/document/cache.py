@@ -212,6 +212,13 @@ def _edited_uncached(runs: Path, names: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _needs_records(p: Point) -> bool:
+    """Whether the render needs a point's per-request records: not when its
+    run file holds the point's time-window series (written with the run,
+    D109) and its failed count (else validity.counts reads the records)."""
+    return p.series is None or "failed" not in p.metrics
+
+
 def _derived(run: Run) -> Run:
     """The run as the render needs it: window series in, records out (but
     what validity.counts reads of them)."""
@@ -241,7 +248,7 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
             entry = found.cache / "runs" / key[:2] / f"{key}.pickle" if found.cache is not None else None
             run = _read_pickle(entry) if entry is not None and entry.exists() else None
             if not _plausible(run, name):
-                run = _derived(store_mod.read_run(path))
+                run = _derived(store_mod.read_run(path, requests=_needs_records))
                 if entry is not None:
                     _write(entry, pickle.dumps(dataclasses.replace(run, path=None), protocol=pickle.HIGHEST_PROTOCOL))
             runs.append(dataclasses.replace(run, path=str(path)))

@@ -18,6 +18,7 @@ from findings.store import index as storeindex
 from findings.store import amend, identity
 from findings.core.errors import StoreError
 from findings.core.model import Run
+from findings.core.series import window_series
 from findings.store.schema import SEAL_KEY, SIDECAR_SUFFIX, records_in, run_from_dict, seal_state
 from findings.store import KEEP as store_lib_keep
 from findings.store import RUNS, merge, read_sidecar, require
@@ -86,12 +87,13 @@ def check(store: Path) -> tuple[list[Finding], int]:
         if run.sidecar is not None:
             named.add(run.sidecar.file)
             try:
-                read_sidecar(folder / run.sidecar.file, run.sidecar, run.run_id, str(path))
+                records = read_sidecar(folder / run.sidecar.file, run.sidecar, run.run_id, str(path))
             except StoreError as exc:
                 out.append(Finding("error", str(path), str(exc).removeprefix(f"{path}: "),
                                    f"restore {run.sidecar.file} from git (git checkout -- "
                                    f"{folder / run.sidecar.file}); findings never edits it"))
                 continue
+            out.extend(_series_findings(path, run, records))
         elif any(p.requests is not None for p in run.points):
             inline += 1
         runs.append(run)
@@ -233,3 +235,18 @@ def report(store: Path) -> tuple[str, bool]:
     lines.append(f"{store}: {n} run files read, {errors} errors, "
                  f"{sum(1 for f in findings if f.level == 'warning')} warnings; {storeindex.status(store).line}")
     return "\n".join(lines), errors == 0
+
+
+def _series_findings(path: Path, run: Run, records: dict[int, dict[str, object]]) -> list[Finding]:
+    """A stored time-window series (D109) that its records no longer give:
+    a render reads the series, not the records, so they must agree."""
+    out = []
+    for i, rec in sorted(records.items()):
+        p = run.points[i] if i < len(run.points) else None
+        if p is None or p.series is None:
+            continue
+        if window_series(rec, concurrency=p.concurrency) != p.series:
+            out.append(Finding("error", str(path), f"points[{i}].series does not match its per-request records",
+                               f"restore the run file and {run.sidecar.file if run.sidecar else 'its sidecar'} "
+                               f"from git; findings never edits them"))
+    return out

@@ -12,11 +12,11 @@ import hashlib
 import json
 import zlib
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from findings.core import diskio, jsonfast
 from findings.core.errors import StoreError
-from findings.core.model import Run, Sidecar
+from findings.core.model import Point, Run, Sidecar
 from findings.store.schema import SIDECAR_KIND, SIDECAR_SUFFIX, run_from_dict
 
 RUNS = "runs"
@@ -74,14 +74,21 @@ def quiet_gc() -> Iterator[None]:
             gc.enable()
 
 
-def read_run(path: Path, requests: bool = True) -> Run:
+def read_run(path: Path, requests: bool | Callable[[Point], bool] = True) -> Run:
     """One run file, validated, with its sidecar's per-request records
-    (unless ``requests`` is False)."""
+    (unless ``requests`` is False; when it is a function, only if it is
+    true of one of the points the sidecar holds records of)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise StoreError(f"{path}: cannot read: {exc}") from exc
     run = parse_run(raw, str(path), Path(path).stem)
+    if callable(requests) and run.sidecar is not None:
+        requests = any(requests(run.points[i]) for i in run.sidecar.points if i < len(run.points))
+        side = Path(path).parent / run.sidecar.file
+        if not requests and not side.is_file():  # not read, but a store missing it is damaged: say so
+            raise StoreError(f"{path}: its per-request records {side} are missing "
+                             f"(restore the file, e.g. git checkout -- {side})")
     if requests and run.sidecar is not None:
         run = with_requests(run, read_sidecar(Path(path).parent / run.sidecar.file, run.sidecar, run.run_id,
                                               str(path)))

@@ -13,6 +13,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from findings.core.errors import StoreError
+from findings.core.series import SERIES_KEY, window_series
 from findings.core.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run, Scalar, Sidecar
 
 #: The version this tool writes. Readers migrate older versions and refuse
@@ -194,6 +195,9 @@ def run_to_dict(run: Run, sidecar: Sidecar | None = None) -> dict[str, Any]:
             d["note"] = p.note
         if p.requests is not None and sidecar is None:
             d["requests"] = p.requests
+        series = window_series(p.requests, concurrency=p.concurrency) if p.requests is not None else p.series
+        if series is not None:  # computed once, at write: a render needs no sidecar (D109)
+            d["series"] = {"key": SERIES_KEY, "values": list(series)}
         points.append(d)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -280,6 +284,18 @@ class _Reader:
             raise self.fail(where, "expected a finite number")
         self.not_big(v, where)
         return float(v)
+
+    def series(self, v: Any, where: str) -> tuple[float, ...] | None:
+        """A point's stored time-window series (D109): its values if made
+        under this code's SERIES_KEY, else None (computed again from the
+        per-request records)."""
+        d = self.obj(v, where)
+        key = self.string(d.get("key"), f"{where}.key")
+        values = d.get("values")
+        if not isinstance(values, list):
+            raise self.fail(f"{where}.values", "expected a list of numbers")
+        out = tuple(self.number(x, f"{where}.values[{j}]") for j, x in enumerate(values))
+        return out if key == SERIES_KEY else None
 
     def not_big(self, v: Any, where: str) -> None:
         if not self.big_floats and isinstance(v, float) and abs(v) >= _BIG:
@@ -381,6 +397,7 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
                 and ((requests := p.get("requests")) is None or type(requests) is dict)
                 and ((note := p.get("note")) is None or type(note) is str)
                 and ((line := p.get("source_line")) is None or type(line) is int)
+                and ((stored := p.get("series")) is None or type(stored) is dict)
                 and type(params := p.get("workload_params", {})) is dict
                 and set(map(type, params.values())) <= _SCALARS
                 and all(-_BIG < x < _BIG for x in params.values() if type(x) is float)):
@@ -393,7 +410,8 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
                                 source_file=source_file, source_line=line, note=note,
                                 workload_params={k: canon.setdefault(v, v) if type(v) is str else v
                                                  for k, v in params.items()},
-                                requests=requests))
+                                requests=requests,
+                                series=None if stored is None else r.series(stored, f"points[{i}].series")))
             continue
         where = f"points[{i}]"
         p = r.obj(p, where)
@@ -430,6 +448,7 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
                 note=note,
                 workload_params=r.scalars(p.get("workload_params", {}), f"{where}.workload_params"),
                 requests=requests,
+                series=r.series(p["series"], f"{where}.series") if p.get("series") is not None else None,
             )
         )
     sidecar = None

@@ -46,8 +46,8 @@ from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar  # noqa
 from findings.store.schema import SCHEMA_VERSION, point_id  # noqa: E402
 
 #: Bump when the generated shape changes, so cached stores are rebuilt
-#: (2: store schema 4, per-request records in sidecars).
-GENERATOR_VERSION = 2
+#: (2: store schema 4, per-request records in sidecars; 3: each run's series written with it, D109).
+GENERATOR_VERSION = 3
 DEFAULT_SIZES = (1000, 10000, 100000)
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 250)
 WORKLOADS = {  # name -> (input_len, output_len, base tok/s at saturation)

@@ -176,6 +176,28 @@ def test_a_profile_point_records_each_phase(emulator, store):
     assert m["server_running_max"] >= 1
 
 
+def test_findings_toml_slo_reaches_an_attach_mode_open_loop(emulator, project):
+    """D108: the per-request SLO of findings.toml is the open loop's where the
+    command line gives none, and a command-line limit wins, limit by limit."""
+    url = emulator("--speed", "20")
+    settings = project / "findings.toml"
+    settings.write_text(settings.read_text().replace(
+        "[findings]", "[findings]\nslo_ttft_ms = 5000\nslo_tpot_ms = 1000\nslo_attainment = 0.8", 1))
+    store = project / "sim"
+    for campaign, extra in (("toml", ()), ("cli", ("--slo-tpot-ms", "2000"))):
+        r = cli("--settings", str(settings), "bench", "--url", url, "--config", "baseline", "--campaign", campaign,
+                "--workload", "w", "--input-len", "16", "--output-len", "4", "--no-progress", "--request-rate", "20",
+                "--num-prompts", "20", "--running-sample", "0", "--create", *extra, store=store)
+        assert r.exit_code == 0, r.output
+    got = {d["campaigns"][0]["name"]: d["points"][0] for d in run_docs(store)}
+    assert {k: got["toml"]["workload_params"][k] for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_attainment")} == \
+        {"slo_ttft_ms": 5000.0, "slo_tpot_ms": 1000.0, "slo_attainment": 0.8}
+    assert {k: got["cli"]["workload_params"][k] for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_attainment")} == \
+        {"slo_ttft_ms": 5000.0, "slo_tpot_ms": 2000.0, "slo_attainment": 0.8}
+    for p in got.values():
+        assert p["metrics"]["slo_met"] == p["metrics"]["completed"] == 20  # generous limits: all met
+
+
 def test_a_late_client_is_flagged(emulator, project):
     """The gates keep a client-bound open-loop point out of every verdict,
     with the reason: at 2,000 requests/s the allowed lateness is a tenth of

@@ -285,14 +285,16 @@ def test_flush_cache_refused_while_busy_and_resets_the_lifetime_average(spec: Em
 
 
 def test_health_is_503_during_startup_delay() -> None:
+    # The clock starts before the process: its delay starts when it does, so a
+    # busy machine that is slow to start it cannot make the delay look short.
+    start = time.monotonic()
     emu = Emulator("--startup-delay", "1.0", "--speed", "50")
     try:
-        start = time.monotonic()
         assert emu.client.get("/health").status_code == 503
         assert emu.client.get("/health_generate").status_code == 503
         assert emu.client.post("/generate", json={"text": "x"}).status_code == 503
         while emu.client.get("/health").status_code != 200:
-            assert time.monotonic() - start < 5
+            assert time.monotonic() - start < 60
             time.sleep(0.05)
         assert time.monotonic() - start >= 0.9
         assert emu.client.get("/health_generate").status_code == 200

@@ -62,9 +62,9 @@ def _store(run: Run, store_dir: Path, checks: Checks, workload: str | None = Non
     if checks.home_simulated is not None and simulated != checks.home_simulated:
         where = run.source_file or run.run_id
         if simulated:
-            raise SettingsError(f"{where} measured the findings emulator (its recorded model or server facts say so), and "
-                                f"simulated results never go into the real store {store_dir}; pass --store "
-                                f"(e.g. benchmarks/results-emulated)")
+            raise SettingsError(f"{where} measured the findings emulator (its recorded model or server facts "
+                                f"say so), and simulated results never go into the real store {store_dir}; "
+                                f"pass --store (e.g. benchmarks/results-emulated)")
         raise SettingsError(f"{where}: {store_dir} is a store for simulated results only, and this file "
                             f"measured a real server; use the real store (--store)")
     path = store.add_run(store_dir, run, baseline=checks.baseline, allow_workload_change=checks.allow_workload_change,

@@ -307,6 +307,12 @@ _PEAK = ("import os, subprocess, sys, time\n"
          "sys.exit(os.waitstatus_to_exitcode(status))\n")
 
 
+def best_of(repeats: int, argv: list[str], cwd: Path, stdout: Path,
+            env: dict[str, str] | None = None) -> tuple[float, float]:
+    """The fastest of ``repeats`` fresh processes: (wall seconds, that run's peak RSS MiB)."""
+    return min((timed(argv, cwd, stdout, env) for _ in range(max(1, repeats))), key=lambda r: r[0])
+
+
 def timed(argv: list[str], cwd: Path, stdout: Path, env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run one command in a fresh process: (wall seconds, peak RSS MiB of the command)."""
     peak = stdout.with_suffix(".peak")
@@ -399,13 +405,7 @@ def measure(sizes: list[int] | tuple[int, ...] = DEFAULT_SIZES, workdir: Path | 
             "conclusions": base + ["conclusions", "--json"],
         }
         for name, argv in commands.items():
-            best: tuple[float, float] | None = None
-            for _ in range(repeats):
-                wall, rss = timed(argv, workdir, workdir / f"{name}-{size}.out", NO_CACHE)
-                if best is None or wall < best[0]:
-                    best = (wall, rss)
-            assert best is not None
-            row(name, *best)
+            row(name, *best_of(repeats, argv, workdir, workdir / f"{name}-{size}.out", NO_CACHE))
         # The cache: the store less its last campaign, then the campaign added.
         grown = workdir / f"grown-{size}"
         cache = workdir / f"cache-{size}"
@@ -420,13 +420,7 @@ def measure(sizes: list[int] | tuple[int, ...] = DEFAULT_SIZES, workdir: Path | 
         row("render-cold-cache", *timed(argv, workdir, workdir / f"render-cold-{size}.out", env))
         _link(last, grown / "runs")
         row("render-new-campaign", *timed(argv, workdir, workdir / f"render-new-{size}.out", env))
-        best = None
-        for _ in range(repeats):
-            wall, rss = timed(argv, workdir, workdir / f"render-warm-{size}.out", env)
-            if best is None or wall < best[0]:
-                best = (wall, rss)
-        assert best is not None
-        row("render-warm", *best)
+        row("render-warm", *best_of(repeats, argv, workdir, workdir / f"render-warm-{size}.out", env))
         cached = (workdir / f"doc-{size}-grown.md").read_text().replace(grown.name, folder.name)
         if cached != (workdir / f"doc-{size}.md").read_text():
             raise RuntimeError(f"the cached render of the {size}-point store differs from the uncached one")
@@ -446,12 +440,7 @@ def measure_bench_shape(size: int, workdir: Path | str = "build/perf/render", se
     folder, stats = _cached_store(workdir, size, seed, False, REQUEST_FRACTION, shape="bench")
     argv = _findings_cmd() + ["--store", str(folder), "--settings", str(settings), "render", "--output",
                               str(workdir / f"doc-{size}-bench.md")]
-    best: tuple[float, float] | None = None
-    for _ in range(repeats):
-        wall, rss = timed(argv, workdir, workdir / f"render-bench-{size}.out", NO_CACHE)
-        if best is None or wall < best[0]:
-            best = (wall, rss)
-    assert best is not None
+    best = best_of(repeats, argv, workdir, workdir / f"render-bench-{size}.out", NO_CACHE)
     return [{"size": size, "command": "render-bench-shape", "wall_s": round(best[0], 3),
              "peak_rss_mib": round(best[1], 1), "store_mib": round(_store_mib(folder), 1),
              "bytes_per_point": round(_store_bytes(folder) / max(1, stats["points"])), "runs": stats["runs"],

@@ -310,32 +310,47 @@ class Table:
     def add(self, cells: Iterable[Cell]) -> None:
         """Add cells, each (config, C, campaign) once: a campaign's cells
         after those of the campaigns before it, as the history does (the
-        baseline's drift is summed in the order cells arrive)."""
+        baseline's drift is summed in the order cells arrive). Only what the
+        new cells touch is computed again: the config and C lists when a new
+        (config, C) appears, the drift at the Cs the baseline was measured at."""
+        base = self.rules.baseline
+        new_key = False
+        drift_at: set[int] = set()
         for cell in sorted(cells, key=lambda c: c.rank):
-            key = (cell.config, cell.concurrency)
-            mine = self.by_key.setdefault(key, {})
+            conc = cell.concurrency
+            key = (cell.config, conc)
+            mine = self.by_key.get(key)
+            if mine is None:
+                mine = self.by_key[key] = {}
+                new_key = True
             mine[cell.campaign] = cell
             latest = self._latest.get(key)
             if latest is None or cell.rank > latest.rank:
                 self._latest[key] = cell
             elif cell.rank < latest.rank:  # keep each key's cells in rank order (``before``)
                 self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
-            together = self._together.setdefault((cell.concurrency, cell.campaign), {})
+            together = self._together.setdefault((conc, cell.campaign), {})
             for other in together.values():
-                for pair in ((cell.config, other.config), (other.config, cell.config)):
-                    common = self._common.get(pair + (cell.concurrency,))
+                for pair in ((cell.config, other.config, conc), (other.config, cell.config, conc)):
+                    common = self._common.get(pair)
                     if common is None or cell.rank > common.rank:
-                        self._common[pair + (cell.concurrency,)] = cell
+                        self._common[pair] = cell
             together[cell.config] = cell
-            if cell.config == self.rules.baseline:
-                means = self._base.get(cell.concurrency)
+            if cell.config == base:
+                means = self._base.get(conc)
                 if means is None:
-                    means = self._base[cell.concurrency] = collections.deque(
-                        maxlen=self.rules.drift_window or None)
+                    means = self._base[conc] = collections.deque(maxlen=self.rules.drift_window or None)
                 means.append((cell.rank, cell.mean))
-        self.configs = tuple(sorted({k[0] for k in self.by_key}, key=self.config_order))
-        self.concurrencies = tuple(sorted({k[1] for k in self.by_key}))
-        self.drift = {c: self._drift(c) for c in self.concurrencies}
+                drift_at.add(conc)
+        if new_key:
+            self.configs = tuple(sorted({k[0] for k in self.by_key}, key=self.config_order))
+            self.concurrencies = tuple(sorted({k[1] for k in self.by_key}))
+            # every C, in order (a new C has a drift of 0.0 until the baseline is measured twice there)
+            self.drift = {c: self.drift[c] if c in self.drift and c not in drift_at else self._drift(c)
+                          for c in self.concurrencies}
+        else:
+            for c in drift_at:
+                self.drift[c] = self._drift(c)
 
     def config_order(self, name: str) -> tuple[int, str]:
         return (0 if name == self.rules.baseline else 1, name)
@@ -382,15 +397,20 @@ class Table:
         """``verdict_only`` (default: the table's): skip the bootstrap where its
         interval cannot change the verdict (see _verdict_settled); the
         comparison then has no ``ci``."""
-        if b.mean <= 0:
+        b_mean = b.mean
+        if b_mean <= 0:
             return None
-        floor = self.rules.noise_floor
-        drift = max(self.drift.get(a.concurrency, 0.0), self.drift.get(b.concurrency, 0.0))
+        rules = self.rules
+        floor = rules.noise_floor
+        drifts = self.drift
+        drift = drifts.get(a.concurrency, 0.0)
+        if b.concurrency != a.concurrency:
+            drift = max(drift, drifts.get(b.concurrency, 0.0))
         band = max(floor, a.spread, b.spread, drift)
         paired = a.campaign == b.campaign
         ci, method = None, "band"
         samples: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-        mode = self.rules.interval
+        mode = rules.interval
         if mode != "band" and a.n >= 2 and b.n >= 2:
             samples, method = (a.values, b.values), "bootstrap-repeats"
             band = max(floor, drift)  # the interval, not the range, carries the repeat noise
@@ -398,13 +418,22 @@ class Table:
             samples, method = (a.series, b.series), "bootstrap-blocks"
         if not paired:
             band += max(floor, drift)
-        ratio = a.mean / b.mean
-        delta = ratio - 1.0
-        lazy = self.verdicts_only if verdict_only is None else verdict_only
-        if samples is not None and not (lazy and _verdict_settled(samples, delta, band)):
-            ci = self._ci(samples[0], samples[1], a, b)
+        ratio = a.mean / b_mean
+        if samples is not None:
+            lazy = self.verdicts_only if verdict_only is None else verdict_only
+            if not (lazy and _verdict_settled(samples, ratio - 1.0, band)):
+                ci = self._ci(samples[0], samples[1], a, b)
         return Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci, method=method,
-                          capped=drift > self.rules.drift_cap)
+                          capped=drift > rules.drift_cap)
+
+    def cross_of(self, comp: Comparison) -> list[Comparison]:
+        """The comparison's candidate cell against the baseline of every other
+        campaign at its C, in rank order, for their verdicts only (a
+        candidate's ``cross``)."""
+        a, skip = comp.a, comp.b.campaign
+        others = self.by_key.get((self.rules.baseline, a.concurrency), {})  # in rank order
+        return [x for other in others.values()
+                if other.campaign != skip and (x := self.compare_cells(a, other, verdict_only=True)) is not None]
 
     def _ci(self, a: tuple[float, ...], b: tuple[float, ...], ca: Cell, cb: Cell) -> tuple[float, float] | None:
         lo, hi = ratio_ci(a, b, self.rules.confidence, self.rules.resamples,
@@ -519,31 +548,35 @@ def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> Worklo
     return conclude_table(workload, Table(wcells, rules))
 
 
-def conclude_table(workload: str, table: Table, cross: bool = True) -> WorkloadConclusion:
+def conclude_table(workload: str, table: Table, cross: bool = True, detail: bool = True) -> WorkloadConclusion:
     """The conclusion of one workload's table. Without ``cross``, candidates
     are not set against the baseline of every other campaign (the history
-    does not need it, and it grows with the number of campaigns)."""
+    does not need it, and it grows with the number of campaigns). Without
+    ``detail``, no crossover estimate is made (the history's replay reads
+    only the verdicts, policies, thresholds and bests)."""
     rules = table.rules
     base = rules.baseline
     candidates = []
+    concs = table.concurrencies
+    #: config -> its comparison with the baseline at the lowest C (the latency best's score).
+    at_low: dict[str, Comparison | None] = {}
     for config in table.configs:
         if config == base:
             continue
-        comps = [table.compare(config, base, c) for c in table.concurrencies]
+        comps = [table.compare(config, base, c) for c in concs]
+        if concs:
+            at_low[config] = comps[0]
         found = tuple(c for c in comps if c is not None)
-        pol, threshold = policy([(c.concurrency, c.verdict) for c in found], [c.ratio for c in found])
-        levels = [crossover_mod.Level(c.concurrency, c.ratio, *c.bounds, c.verdict) for c in found
-                  if c.verdict != NOT_COMPARABLE]
-        where = crossover_mod.estimate(levels, pol)
-        others = tuple(
-            x
-            for comp in found
-            for other in sorted(table.cells_of(base, comp.concurrency).values(), key=lambda c: c.rank)
-            if other.campaign != comp.b.campaign
-            and (x := table.compare_cells(comp.a, other, verdict_only=True)) is not None
-        ) if cross else ()
-        mine = {c for c in table.concurrencies if table.latest(config, c) is not None}
-        theirs = {c for c in table.concurrencies if table.latest(base, c) is not None}
+        verdicts = [c.verdict for c in found]  # each computed once
+        pol, threshold = policy([(c.concurrency, v) for c, v in zip(found, verdicts)], [c.ratio for c in found])
+        where = None
+        if detail:
+            levels = [crossover_mod.Level(c.concurrency, c.ratio, *c.bounds, v) for c, v in zip(found, verdicts)
+                      if v != NOT_COMPARABLE]
+            where = crossover_mod.estimate(levels, pol)
+        others = tuple(x for comp in found for x in table.cross_of(comp)) if cross else ()
+        mine = {c for c in concs if table.latest(config, c) is not None}
+        theirs = {c for c in concs if table.latest(base, c) is not None}
         candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found, cross=others,
                                     crossover=where, candidate_only=tuple(sorted(mine - theirs)),
                                     baseline_only=tuple(sorted(theirs - mine))))
@@ -562,7 +595,9 @@ def conclude_table(workload: str, table: Table, cross: bool = True) -> WorkloadC
             elif config == base:
                 score = 1.0
             else:
-                comp = table.compare(config, base, low, verdict_only=True)
+                # The candidate's comparison at the lowest C: its ratio and cell
+                # are those of a verdict-only one (only the interval may differ).
+                comp = at_low[config]
                 score = comp.ratio if comp else 0.0
                 cell = comp.a if comp else cell
             scored.append((score, config, cell))

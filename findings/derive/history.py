@@ -314,7 +314,7 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
             else:
                 tables[workload] = Table(added, rules, verdicts_only=True, breaks=breaks.get(workload))
             # A workload this campaign did not measure concludes as before.
-            concluded[workload] = conclude_table(workload, tables[workload], cross=False)
+            concluded[workload] = conclude_table(workload, tables[workload], cross=False, detail=on_step is not None)
             last_rank[workload] = rank
         current = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
         changes: list[Change] = []

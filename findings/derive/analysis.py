@@ -16,6 +16,7 @@ document's methodology section (templates/partials/methodology.md.j2):
 
 from __future__ import annotations
 
+import bisect
 import collections
 import math
 from dataclasses import dataclass, field
@@ -298,6 +299,8 @@ class Table:
         self.concurrencies: tuple[int, ...] = ()
         self.drift: dict[int, float] = {}
         self._latest: dict[tuple[str, int], Cell] = {}
+        #: (config, C) -> the ranks of its cells and the cells, in rank order (``before``: a bisection).
+        self._ranked: dict[tuple[str, int], tuple[list[int], list[Cell]]] = {}
         #: (C, campaign) -> config -> cell: who was measured together.
         self._together: dict[tuple[int, str], dict[str, Cell]] = {}
         #: (config a, config b, C) -> the latest campaign that measured both.
@@ -327,8 +330,13 @@ class Table:
             latest = self._latest.get(key)
             if latest is None or cell.rank > latest.rank:
                 self._latest[key] = cell
-            elif cell.rank < latest.rank:  # keep each key's cells in rank order (``before``)
-                self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
+                ranks, ranked = self._ranked.setdefault(key, ([], []))
+                ranks.append(cell.rank)
+                ranked.append(cell)
+            else:  # keep each key's cells in rank order (``before``)
+                if cell.rank < latest.rank:
+                    mine = self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
+                self._ranked[key] = ([c.rank for c in mine.values()], list(mine.values()))
             together = self._together.setdefault((conc, cell.campaign), {})
             for other in together.values():
                 for pair in ((cell.config, other.config, conc), (other.config, cell.config, conc)):
@@ -383,12 +391,12 @@ class Table:
         return self.by_key.get((config, conc), {})
 
     def before(self, config: str, conc: int, rank: int) -> Cell | None:
-        """The config's cell at ``conc`` in the latest campaign before ``rank``
-        (a walk back from the latest: one step in a replay)."""
-        for cell in reversed(self.by_key.get((config, conc), {}).values()):
-            if cell.rank < rank:
-                return cell
-        return None
+        """The config's cell at ``conc`` in the latest campaign before ``rank``."""
+        found = self._ranked.get((config, conc))
+        if found is None:
+            return None
+        i = bisect.bisect_left(found[0], rank)
+        return found[1][i - 1] if i > 0 else None
 
     def latest(self, config: str, conc: int) -> Cell | None:
         return self._latest.get((config, conc))

@@ -437,11 +437,42 @@ class Table:
     def cross_of(self, comp: Comparison) -> list[Comparison]:
         """The comparison's candidate cell against the baseline of every other
         campaign at its C, in rank order, for their verdicts only (a
-        candidate's ``cross``)."""
+        candidate's ``cross``): ``compare_cells(comp.a, other, verdict_only=True)``
+        of each, with what they share (the candidate's cell, the C's drift)
+        looked up once. A store of years holds thousands per candidate."""
         a, skip = comp.a, comp.b.campaign
-        others = self.by_key.get((self.rules.baseline, a.concurrency), {})  # in rank order
-        return [x for other in others.values()
-                if other.campaign != skip and (x := self.compare_cells(a, other, verdict_only=True)) is not None]
+        rules = self.rules
+        others = self.by_key.get((rules.baseline, a.concurrency), {})  # in rank order
+        floor = rules.noise_floor
+        drift = self.drift.get(a.concurrency, 0.0)  # every other is at a's C
+        capped = drift > rules.drift_cap
+        widen = max(floor, drift)
+        a_spread, a_mean, a_campaign = a.spread, a.mean, a.campaign
+        repeats = rules.interval != "band" and a.n >= 2
+        blocks = rules.interval == "auto" and bool(a.series)
+        out = []
+        for b in others.values():
+            b_mean = b.mean
+            if b.campaign == skip or b_mean <= 0:
+                continue
+            band = max(floor, a_spread, b.spread, drift)
+            samples: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+            method = "band"
+            if repeats and b.n >= 2:
+                samples, method = (a.values, b.values), "bootstrap-repeats"
+                band = widen  # max(floor, drift): the interval carries the repeat noise
+            elif blocks and b.series:
+                samples, method = (a.series, b.series), "bootstrap-blocks"
+            paired = a_campaign == b.campaign
+            if not paired:
+                band += widen
+            ratio = a_mean / b_mean
+            ci = None
+            if samples is not None and not _verdict_settled(samples, ratio - 1.0, band):
+                ci = self._ci(samples[0], samples[1], a, b)
+            out.append(Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci,
+                                  method=method, capped=capped))
+        return out
 
     def _ci(self, a: tuple[float, ...], b: tuple[float, ...], ca: Cell, cb: Cell) -> tuple[float, float] | None:
         lo, hi = ratio_ci(a, b, self.rules.confidence, self.rules.resamples,

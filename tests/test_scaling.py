@@ -481,3 +481,18 @@ def test_history_entries_equal_those_of_the_full_replay(seed):
     with_steps = replay(data, rules, on_step=lambda c, k: full.append(c))
     assert replay(data, rules) == with_steps
     assert full == list(data.campaigns)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_moves_settled_by_bounds_equal_those_of_the_bootstrap(seed, monkeypatch):
+    """regressions._beyond skips the bootstrap where every resampled ratio
+    lies on one side of 1 (stats.ratio_bounds): the moves are those found
+    with the bootstrap run every time."""
+    from findings.derive import regressions
+    data = synthetic(seed, campaigns=16)
+    rules = Rules(resamples=200, noise_floor=0.01)
+    valid = cells(data, rules)
+    quick = regressions.moves(valid, data.facts_of, rules)
+    monkeypatch.setattr(regressions, "ratio_bounds", lambda a, b: None)
+    assert regressions.moves(valid, data.facts_of, rules) == quick
+    assert quick  # the synthetic stores move beyond a 1% band

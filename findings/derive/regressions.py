@@ -50,7 +50,7 @@ from findings.core import fmt
 from findings.derive.analysis import (Cell, Conclusions, Rules, Table, WorkloadConclusion, cells, conclude_tables,
                                       workload_tables)
 from findings.core.model import Dataset, Scalar
-from findings.derive.stats import ratio_ci
+from findings.derive.stats import ratio_bounds, ratio_ci
 
 REGRESSION, IMPROVEMENT, DRIFT, SUSPECT = "regression", "improvement", "drift", "suspect"
 
@@ -288,10 +288,14 @@ def _beyond(old: Cell, new: Cell, rules: Rules) -> tuple[float, float, bool]:
     band = _band(old, new, rules)
     beyond = abs(ratio - 1) > band
     if beyond and old.n >= 2 and new.n >= 2 and rules.interval != "band":
-        lo, hi = ratio_ci(new.values, old.values, rules.confidence, rules.resamples,
-                          "|".join(new.point_ids + old.point_ids))
-        if math.isfinite(lo) and math.isfinite(hi):
-            beyond = lo > 1 or hi < 1
+        # Every resampled ratio on one side of 1 (stats.ratio_bounds): the
+        # interval excludes 1 for certain, and the bootstrap can be skipped.
+        bounds = ratio_bounds(new.values, old.values)
+        if bounds is None or bounds[0] <= 1 <= bounds[1]:
+            lo, hi = ratio_ci(new.values, old.values, rules.confidence, rules.resamples,
+                              "|".join(new.point_ids + old.point_ids))
+            if math.isfinite(lo) and math.isfinite(hi):
+                beyond = lo > 1 or hi < 1
     return ratio, band, beyond
 
 

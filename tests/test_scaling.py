@@ -496,3 +496,24 @@ def test_moves_settled_by_bounds_equal_those_of_the_bootstrap(seed, monkeypatch)
     monkeypatch.setattr(regressions, "ratio_bounds", lambda a, b: None)
     assert regressions.moves(valid, data.facts_of, rules) == quick
     assert quick  # the synthetic stores move beyond a 1% band
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_peaks_and_compare_at_equal_computing_them_afresh(seed):
+    """Table.peak is kept until one of the config's latest cells changes, and
+    Table.compare_at is compare at each C: both against a fresh table, as
+    campaigns arrive in order and out of it."""
+    data = synthetic(seed)
+    rules = Rules(resamples=200)
+    valid = [c for c in cells(data, rules) if c.workload == "w1"]
+    ranks = list(range(len(data.campaigns)))
+    random.Random(seed).shuffle(ranks)
+    for order in (sorted(ranks), ranks):
+        grown = Table([], rules, verdicts_only=True)
+        for rank in order:
+            grown.add([c for c in valid if c.rank == rank])
+            fresh = Table([c for c in valid if c.rank in order[:order.index(rank) + 1]], rules, verdicts_only=True)
+            for config in fresh.configs:
+                assert grown.peak(config) == fresh.peak(config)
+                assert grown.compare_at(config, rules.baseline, fresh.concurrencies) == \
+                    [grown.compare(config, rules.baseline, c) for c in fresh.concurrencies]

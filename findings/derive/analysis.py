@@ -301,6 +301,8 @@ class Table:
         self._latest: dict[tuple[str, int], Cell] = {}
         #: (config, C) -> the ranks of its cells and the cells, in rank order (``before``: a bisection).
         self._ranked: dict[tuple[str, int], tuple[list[int], list[Cell]]] = {}
+        #: config -> its ``peak``, until one of its latest cells changes.
+        self._peak: dict[str, Cell | None] = {}
         #: (C, campaign) -> config -> cell: who was measured together.
         self._together: dict[tuple[int, str], dict[str, Cell]] = {}
         #: (config a, config b, C) -> the latest campaign that measured both.
@@ -330,6 +332,7 @@ class Table:
             latest = self._latest.get(key)
             if latest is None or cell.rank > latest.rank:
                 self._latest[key] = cell
+                self._peak.pop(cell.config, None)
                 ranks, ranked = self._ranked.setdefault(key, ([], []))
                 ranks.append(cell.rank)
                 ranked.append(cell)
@@ -492,10 +495,30 @@ class Table:
         return self.compare_cells(la, lb, verdict_only)
 
     def peak(self, config: str) -> Cell | None:
-        """The config's highest current throughput: the latest cell at each C."""
+        """The config's highest current throughput: the latest cell at each C
+        (kept until one of the config's latest cells changes)."""
+        if config in self._peak:
+            return self._peak[config]
         current = [self.latest(config, c) for c in self.concurrencies]
         found = [c for c in current if c is not None]
-        return max(found, key=lambda c: (c.mean, -c.concurrency)) if found else None
+        best = self._peak[config] = max(found, key=lambda c: (c.mean, -c.concurrency)) if found else None
+        return best
+
+    def compare_at(self, a: str, b: str, concs: Iterable[int]) -> list[Comparison | None]:
+        """``[compare(a, b, c) for c in concs]``, with the lookups they share made once."""
+        by_key, common_of, latest = self.by_key, self._common, self._latest
+        out: list[Comparison | None] = []
+        for conc in concs:
+            ca, cb = by_key.get((a, conc)), by_key.get((b, conc))
+            if not ca or not cb:
+                out.append(None)
+                continue
+            common = latest.get((a, conc)) if a == b else common_of.get((a, b, conc))
+            if common is not None:
+                out.append(self.compare_cells(ca[common.campaign], cb[common.campaign]))
+            else:
+                out.append(self.compare_cells(latest[(a, conc)], latest[(b, conc)]))
+        return out
 
 
 def _spread(means: list[float]) -> float:
@@ -591,8 +614,9 @@ def conclude_table(workload: str, table: Table, cross: bool = True, detail: bool
     """The conclusion of one workload's table. Without ``cross``, candidates
     are not set against the baseline of every other campaign (the history
     does not need it, and it grows with the number of campaigns). Without
-    ``detail``, no crossover estimate is made (the history's replay reads
-    only the verdicts, policies, thresholds and bests)."""
+    ``detail``, neither a crossover estimate nor the Cs measured on one side
+    only (the history's replay reads only the verdicts, policies,
+    thresholds and bests)."""
     rules = table.rules
     base = rules.baseline
     candidates = []
@@ -602,7 +626,7 @@ def conclude_table(workload: str, table: Table, cross: bool = True, detail: bool
     for config in table.configs:
         if config == base:
             continue
-        comps = [table.compare(config, base, c) for c in concs]
+        comps = table.compare_at(config, base, concs)
         if concs:
             at_low[config] = comps[0]
         found = tuple(c for c in comps if c is not None)
@@ -614,11 +638,14 @@ def conclude_table(workload: str, table: Table, cross: bool = True, detail: bool
                       if v != NOT_COMPARABLE]
             where = crossover_mod.estimate(levels, pol)
         others = tuple(x for comp in found for x in table.cross_of(comp)) if cross else ()
-        mine = {c for c in concs if table.latest(config, c) is not None}
-        theirs = {c for c in concs if table.latest(base, c) is not None}
+        mine_only: tuple[int, ...] = ()
+        theirs_only: tuple[int, ...] = ()
+        if detail:
+            mine = {c for c in concs if table.latest(config, c) is not None}
+            theirs = {c for c in concs if table.latest(base, c) is not None}
+            mine_only, theirs_only = tuple(sorted(mine - theirs)), tuple(sorted(theirs - mine))
         candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found, cross=others,
-                                    crossover=where, candidate_only=tuple(sorted(mine - theirs)),
-                                    baseline_only=tuple(sorted(theirs - mine))))
+                                    crossover=where, candidate_only=mine_only, baseline_only=theirs_only))
 
     latency = None
     if table.concurrencies:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
@@ -155,8 +156,11 @@ class Candidate:
         """The comparisons with a verdict (not ``not comparable``)."""
         return tuple(c for c in self.comparisons if c.verdict != NOT_COMPARABLE)
 
-    @property
-    def verdicts(self) -> dict[int, str]:
+    @functools.cached_property
+    def verdicts(self) -> Mapping[int, str]:
+        """C -> verdict (computed once and shared: the history reads it at
+        every campaign after; a plain dict, so that the render cache can
+        pickle it, and never to be changed)."""
         return {c.concurrency: c.verdict for c in self.comparisons}
 
 
@@ -319,6 +323,7 @@ class Table:
         new cells touch is computed again: the config and C lists when a new
         (config, C) appears, the drift at the Cs the baseline was measured at."""
         base = self.rules.baseline
+        commons = self._common
         new_key = False
         drift_at: set[int] = set()
         for cell in sorted(cells, key=lambda c: c.rank):
@@ -341,12 +346,13 @@ class Table:
                     mine = self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
                 self._ranked[key] = ([c.rank for c in mine.values()], list(mine.values()))
             together = self._together.setdefault((conc, cell.campaign), {})
-            for other in together.values():
-                for pair in ((cell.config, other.config, conc), (other.config, cell.config, conc)):
-                    common = self._common.get(pair)
-                    if common is None or cell.rank > common.rank:
-                        self._common[pair] = cell
-            together[cell.config] = cell
+            config, rank = cell.config, cell.rank
+            for other in together:  # the configs measured with it there
+                for pair in ((config, other, conc), (other, config, conc)):
+                    common = commons.get(pair)
+                    if common is None or rank > common.rank:
+                        commons[pair] = cell
+            together[config] = cell
             if cell.config == base:
                 means = self._base.get(conc)
                 if means is None:

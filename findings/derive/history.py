@@ -213,8 +213,8 @@ def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion, table
                        prov([c.b for c in cand.comparisons], versus))
             )
             continue
-        old_v = prev.verdicts
-        flips = [c for c in cand.comparisons if old_v.get(c.concurrency) != c.verdict]
+        old_v, new_v = prev.verdicts, cand.verdicts
+        flips = [c for c in cand.comparisons if old_v.get(c.concurrency) != new_v[c.concurrency]]
         flipped = tuple(describe(c) for c in flips)
         used = [x for c in (flips or list(cand.comparisons)) for x in (c.a, c.b)]
         if (prev.policy, prev.threshold) != (cand.policy, cand.threshold):

@@ -427,3 +427,93 @@ def test_a_changed_earlier_campaign_replays_from_the_start():
     other = Rules(resamples=200, noise_floor=0.08)
     assert replay(changed, other, cache=cache) == replay(changed, other)
     assert cache.replayed == len(data.campaigns)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("interval", ["auto", "repeats", "band"])
+def test_cross_checks_equal_comparing_each_baseline_cell(seed, interval):
+    """Table.cross_of, which looks up what a candidate's cross-checks share
+    once, is compare_cells(verdict_only=True) against each other campaign's
+    baseline cell, in rank order."""
+    data = synthetic(seed, campaigns=10)
+    rules = Rules(interval=interval, resamples=200)
+    for w in ("w1", "w2"):
+        table = Table([c for c in cells(data, rules) if c.workload == w], rules)
+        for config in table.configs:
+            for conc in table.concurrencies:
+                comp = table.compare(config, rules.baseline, conc)
+                if comp is None:
+                    continue
+                others = sorted(table.cells_of(rules.baseline, conc).values(), key=lambda c: c.rank)
+                plain = [x for o in others if o.campaign != comp.b.campaign
+                         and (x := table.compare_cells(comp.a, o, verdict_only=True)) is not None]
+                assert table.cross_of(comp) == plain
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_before_is_the_latest_earlier_cell_however_cells_arrive(seed):
+    """Table.before (a bisection) against a walk over every cell, with
+    campaigns added in order and out of it."""
+    data = synthetic(seed)
+    rules = Rules(resamples=200)
+    valid = [c for c in cells(data, rules) if c.workload == "w1"]
+    ranks = list(range(len(data.campaigns)))
+    random.Random(seed).shuffle(ranks)
+    for order in (sorted(ranks), ranks):
+        table = Table([], rules)
+        for rank in order:
+            table.add([c for c in valid if c.rank == rank])
+        for (config, conc), mine in table.by_key.items():
+            assert [c.rank for c in mine.values()] == sorted(c.rank for c in mine.values())
+            for rank in range(len(data.campaigns) + 1):
+                walk = [c for c in valid if (c.config, c.concurrency) == (config, conc) and c.rank < rank]
+                expect = max(walk, key=lambda c: c.rank) if walk else None
+                assert table.before(config, conc, rank) == expect
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_history_entries_equal_those_of_the_full_replay(seed):
+    """The replay without a step callback skips what no entry reads (the
+    crossover estimates): its entries are those of the full one."""
+    data = synthetic(seed)
+    rules = Rules(resamples=200)
+    full: list[Any] = []
+    with_steps = replay(data, rules, on_step=lambda c, k: full.append(c))
+    assert replay(data, rules) == with_steps
+    assert full == list(data.campaigns)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_moves_settled_by_bounds_equal_those_of_the_bootstrap(seed, monkeypatch):
+    """regressions._beyond skips the bootstrap where every resampled ratio
+    lies on one side of 1 (stats.ratio_bounds): the moves are those found
+    with the bootstrap run every time."""
+    from findings.derive import regressions
+    data = synthetic(seed, campaigns=16)
+    rules = Rules(resamples=200, noise_floor=0.01)
+    valid = cells(data, rules)
+    quick = regressions.moves(valid, data.facts_of, rules)
+    monkeypatch.setattr(regressions, "ratio_bounds", lambda a, b: None)
+    assert regressions.moves(valid, data.facts_of, rules) == quick
+    assert quick  # the synthetic stores move beyond a 1% band
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_peaks_and_compare_at_equal_computing_them_afresh(seed):
+    """Table.peak is kept until one of the config's latest cells changes, and
+    Table.compare_at is compare at each C: both against a fresh table, as
+    campaigns arrive in order and out of it."""
+    data = synthetic(seed)
+    rules = Rules(resamples=200)
+    valid = [c for c in cells(data, rules) if c.workload == "w1"]
+    ranks = list(range(len(data.campaigns)))
+    random.Random(seed).shuffle(ranks)
+    for order in (sorted(ranks), ranks):
+        grown = Table([], rules, verdicts_only=True)
+        for rank in order:
+            grown.add([c for c in valid if c.rank == rank])
+            fresh = Table([c for c in valid if c.rank in order[:order.index(rank) + 1]], rules, verdicts_only=True)
+            for config in fresh.configs:
+                assert grown.peak(config) == fresh.peak(config)
+                assert grown.compare_at(config, rules.baseline, fresh.concurrencies) == \
+                    [grown.compare(config, rules.baseline, c) for c in fresh.concurrencies]

@@ -16,7 +16,9 @@ document's methodology section (templates/partials/methodology.md.j2):
 
 from __future__ import annotations
 
+import bisect
 import collections
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
@@ -155,8 +157,11 @@ class Candidate:
         """The comparisons with a verdict (not ``not comparable``)."""
         return tuple(c for c in self.comparisons if c.verdict != NOT_COMPARABLE)
 
-    @property
-    def verdicts(self) -> dict[int, str]:
+    @functools.cached_property
+    def verdicts(self) -> Mapping[int, str]:
+        """C -> verdict (computed once and shared: the history reads it at
+        every campaign after; a plain dict, so that the render cache can
+        pickle it, and never to be changed)."""
         return {c.concurrency: c.verdict for c in self.comparisons}
 
 
@@ -299,6 +304,10 @@ class Table:
         self.concurrencies: tuple[int, ...] = ()
         self.drift: dict[int, float] = {}
         self._latest: dict[tuple[str, int], Cell] = {}
+        #: (config, C) -> the ranks of its cells and the cells, in rank order (``before``: a bisection).
+        self._ranked: dict[tuple[str, int], tuple[list[int], list[Cell]]] = {}
+        #: config -> its ``peak``, until one of its latest cells changes.
+        self._peak: dict[str, Cell | None] = {}
         #: (C, campaign) -> config -> cell: who was measured together.
         self._together: dict[tuple[int, str], dict[str, Cell]] = {}
         #: (config a, config b, C) -> the latest campaign that measured both.
@@ -311,32 +320,55 @@ class Table:
     def add(self, cells: Iterable[Cell]) -> None:
         """Add cells, each (config, C, campaign) once: a campaign's cells
         after those of the campaigns before it, as the history does (the
-        baseline's drift is summed in the order cells arrive)."""
+        baseline's drift is summed in the order cells arrive). Only what the
+        new cells touch is computed again: the config and C lists when a new
+        (config, C) appears, the drift at the Cs the baseline was measured at."""
+        base = self.rules.baseline
+        commons = self._common
+        new_key = False
+        drift_at: set[int] = set()
         for cell in sorted(cells, key=lambda c: c.rank):
-            key = (cell.config, cell.concurrency)
-            mine = self.by_key.setdefault(key, {})
+            conc = cell.concurrency
+            key = (cell.config, conc)
+            mine = self.by_key.get(key)
+            if mine is None:
+                mine = self.by_key[key] = {}
+                new_key = True
             mine[cell.campaign] = cell
             latest = self._latest.get(key)
             if latest is None or cell.rank > latest.rank:
                 self._latest[key] = cell
-            elif cell.rank < latest.rank:  # keep each key's cells in rank order (``before``)
-                self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
-            together = self._together.setdefault((cell.concurrency, cell.campaign), {})
-            for other in together.values():
-                for pair in ((cell.config, other.config), (other.config, cell.config)):
-                    common = self._common.get(pair + (cell.concurrency,))
-                    if common is None or cell.rank > common.rank:
-                        self._common[pair + (cell.concurrency,)] = cell
-            together[cell.config] = cell
-            if cell.config == self.rules.baseline:
-                means = self._base.get(cell.concurrency)
+                self._peak.pop(cell.config, None)
+                ranks, ranked = self._ranked.setdefault(key, ([], []))
+                ranks.append(cell.rank)
+                ranked.append(cell)
+            else:  # keep each key's cells in rank order (``before``)
+                if cell.rank < latest.rank:
+                    mine = self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
+                self._ranked[key] = ([c.rank for c in mine.values()], list(mine.values()))
+            together = self._together.setdefault((conc, cell.campaign), {})
+            config, rank = cell.config, cell.rank
+            for other in together:  # the configs measured with it there
+                for pair in ((config, other, conc), (other, config, conc)):
+                    common = commons.get(pair)
+                    if common is None or rank > common.rank:
+                        commons[pair] = cell
+            together[config] = cell
+            if cell.config == base:
+                means = self._base.get(conc)
                 if means is None:
-                    means = self._base[cell.concurrency] = collections.deque(
-                        maxlen=self.rules.drift_window or None)
+                    means = self._base[conc] = collections.deque(maxlen=self.rules.drift_window or None)
                 means.append((cell.rank, cell.mean))
-        self.configs = tuple(sorted({k[0] for k in self.by_key}, key=self.config_order))
-        self.concurrencies = tuple(sorted({k[1] for k in self.by_key}))
-        self.drift = {c: self._drift(c) for c in self.concurrencies}
+                drift_at.add(conc)
+        if new_key:
+            self.configs = tuple(sorted({k[0] for k in self.by_key}, key=self.config_order))
+            self.concurrencies = tuple(sorted({k[1] for k in self.by_key}))
+            # every C, in order (a new C has a drift of 0.0 until the baseline is measured twice there)
+            self.drift = {c: self.drift[c] if c in self.drift and c not in drift_at else self._drift(c)
+                          for c in self.concurrencies}
+        else:
+            for c in drift_at:
+                self.drift[c] = self._drift(c)
 
     def config_order(self, name: str) -> tuple[int, str]:
         return (0 if name == self.rules.baseline else 1, name)
@@ -369,12 +401,12 @@ class Table:
         return self.by_key.get((config, conc), {})
 
     def before(self, config: str, conc: int, rank: int) -> Cell | None:
-        """The config's cell at ``conc`` in the latest campaign before ``rank``
-        (a walk back from the latest: one step in a replay)."""
-        for cell in reversed(self.by_key.get((config, conc), {}).values()):
-            if cell.rank < rank:
-                return cell
-        return None
+        """The config's cell at ``conc`` in the latest campaign before ``rank``."""
+        found = self._ranked.get((config, conc))
+        if found is None:
+            return None
+        i = bisect.bisect_left(found[0], rank)
+        return found[1][i - 1] if i > 0 else None
 
     def latest(self, config: str, conc: int) -> Cell | None:
         return self._latest.get((config, conc))
@@ -383,15 +415,20 @@ class Table:
         """``verdict_only`` (default: the table's): skip the bootstrap where its
         interval cannot change the verdict (see _verdict_settled); the
         comparison then has no ``ci``."""
-        if b.mean <= 0:
+        b_mean = b.mean
+        if b_mean <= 0:
             return None
-        floor = self.rules.noise_floor
-        drift = max(self.drift.get(a.concurrency, 0.0), self.drift.get(b.concurrency, 0.0))
+        rules = self.rules
+        floor = rules.noise_floor
+        drifts = self.drift
+        drift = drifts.get(a.concurrency, 0.0)
+        if b.concurrency != a.concurrency:
+            drift = max(drift, drifts.get(b.concurrency, 0.0))
         band = max(floor, a.spread, b.spread, drift)
         paired = a.campaign == b.campaign
         ci, method = None, "band"
         samples: tuple[tuple[float, ...], tuple[float, ...]] | None = None
-        mode = self.rules.interval
+        mode = rules.interval
         if mode != "band" and a.n >= 2 and b.n >= 2:
             samples, method = (a.values, b.values), "bootstrap-repeats"
             band = max(floor, drift)  # the interval, not the range, carries the repeat noise
@@ -399,13 +436,53 @@ class Table:
             samples, method = (a.series, b.series), "bootstrap-blocks"
         if not paired:
             band += max(floor, drift)
-        ratio = a.mean / b.mean
-        delta = ratio - 1.0
-        lazy = self.verdicts_only if verdict_only is None else verdict_only
-        if samples is not None and not (lazy and _verdict_settled(samples, delta, band)):
-            ci = self._ci(samples[0], samples[1], a, b)
+        ratio = a.mean / b_mean
+        if samples is not None:
+            lazy = self.verdicts_only if verdict_only is None else verdict_only
+            if not (lazy and _verdict_settled(samples, ratio - 1.0, band)):
+                ci = self._ci(samples[0], samples[1], a, b)
         return Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci, method=method,
-                          capped=drift > self.rules.drift_cap)
+                          capped=drift > rules.drift_cap)
+
+    def cross_of(self, comp: Comparison) -> list[Comparison]:
+        """The comparison's candidate cell against the baseline of every other
+        campaign at its C, in rank order, for their verdicts only (a
+        candidate's ``cross``): ``compare_cells(comp.a, other, verdict_only=True)``
+        of each, with what they share (the candidate's cell, the C's drift)
+        looked up once. A store of years holds thousands per candidate."""
+        a, skip = comp.a, comp.b.campaign
+        rules = self.rules
+        others = self.by_key.get((rules.baseline, a.concurrency), {})  # in rank order
+        floor = rules.noise_floor
+        drift = self.drift.get(a.concurrency, 0.0)  # every other is at a's C
+        capped = drift > rules.drift_cap
+        widen = max(floor, drift)
+        a_spread, a_mean, a_campaign = a.spread, a.mean, a.campaign
+        repeats = rules.interval != "band" and a.n >= 2
+        blocks = rules.interval == "auto" and bool(a.series)
+        out = []
+        for b in others.values():
+            b_mean = b.mean
+            if b.campaign == skip or b_mean <= 0:
+                continue
+            band = max(floor, a_spread, b.spread, drift)
+            samples: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+            method = "band"
+            if repeats and b.n >= 2:
+                samples, method = (a.values, b.values), "bootstrap-repeats"
+                band = widen  # max(floor, drift): the interval carries the repeat noise
+            elif blocks and b.series:
+                samples, method = (a.series, b.series), "bootstrap-blocks"
+            paired = a_campaign == b.campaign
+            if not paired:
+                band += widen
+            ratio = a_mean / b_mean
+            ci = None
+            if samples is not None and not _verdict_settled(samples, ratio - 1.0, band):
+                ci = self._ci(samples[0], samples[1], a, b)
+            out.append(Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci,
+                                  method=method, capped=capped))
+        return out
 
     def _ci(self, a: tuple[float, ...], b: tuple[float, ...], ca: Cell, cb: Cell) -> tuple[float, float] | None:
         lo, hi = ratio_ci(a, b, self.rules.confidence, self.rules.resamples,
@@ -425,10 +502,30 @@ class Table:
         return self.compare_cells(la, lb, verdict_only)
 
     def peak(self, config: str) -> Cell | None:
-        """The config's highest current throughput: the latest cell at each C."""
+        """The config's highest current throughput: the latest cell at each C
+        (kept until one of the config's latest cells changes)."""
+        if config in self._peak:
+            return self._peak[config]
         current = [self.latest(config, c) for c in self.concurrencies]
         found = [c for c in current if c is not None]
-        return max(found, key=lambda c: (c.mean, -c.concurrency)) if found else None
+        best = self._peak[config] = max(found, key=lambda c: (c.mean, -c.concurrency)) if found else None
+        return best
+
+    def compare_at(self, a: str, b: str, concs: Iterable[int]) -> list[Comparison | None]:
+        """``[compare(a, b, c) for c in concs]``, with the lookups they share made once."""
+        by_key, common_of, latest = self.by_key, self._common, self._latest
+        out: list[Comparison | None] = []
+        for conc in concs:
+            ca, cb = by_key.get((a, conc)), by_key.get((b, conc))
+            if not ca or not cb:
+                out.append(None)
+                continue
+            common = latest.get((a, conc)) if a == b else common_of.get((a, b, conc))
+            if common is not None:
+                out.append(self.compare_cells(ca[common.campaign], cb[common.campaign]))
+            else:
+                out.append(self.compare_cells(latest[(a, conc)], latest[(b, conc)]))
+        return out
 
 
 def _spread(means: list[float]) -> float:
@@ -520,34 +617,42 @@ def conclude_workload(workload: str, wcells: list[Cell], rules: Rules) -> Worklo
     return conclude_table(workload, Table(wcells, rules))
 
 
-def conclude_table(workload: str, table: Table, cross: bool = True) -> WorkloadConclusion:
+def conclude_table(workload: str, table: Table, cross: bool = True, detail: bool = True) -> WorkloadConclusion:
     """The conclusion of one workload's table. Without ``cross``, candidates
     are not set against the baseline of every other campaign (the history
-    does not need it, and it grows with the number of campaigns)."""
+    does not need it, and it grows with the number of campaigns). Without
+    ``detail``, neither a crossover estimate nor the Cs measured on one side
+    only (the history's replay reads only the verdicts, policies,
+    thresholds and bests)."""
     rules = table.rules
     base = rules.baseline
     candidates = []
+    concs = table.concurrencies
+    #: config -> its comparison with the baseline at the lowest C (the latency best's score).
+    at_low: dict[str, Comparison | None] = {}
     for config in table.configs:
         if config == base:
             continue
-        comps = [table.compare(config, base, c) for c in table.concurrencies]
+        comps = table.compare_at(config, base, concs)
+        if concs:
+            at_low[config] = comps[0]
         found = tuple(c for c in comps if c is not None)
-        pol, threshold = policy([(c.concurrency, c.verdict) for c in found], [c.ratio for c in found])
-        levels = [crossover_mod.Level(c.concurrency, c.ratio, *c.bounds, c.verdict) for c in found
-                  if c.verdict != NOT_COMPARABLE]
-        where = crossover_mod.estimate(levels, pol)
-        others = tuple(
-            x
-            for comp in found
-            for other in sorted(table.cells_of(base, comp.concurrency).values(), key=lambda c: c.rank)
-            if other.campaign != comp.b.campaign
-            and (x := table.compare_cells(comp.a, other, verdict_only=True)) is not None
-        ) if cross else ()
-        mine = {c for c in table.concurrencies if table.latest(config, c) is not None}
-        theirs = {c for c in table.concurrencies if table.latest(base, c) is not None}
+        verdicts = [c.verdict for c in found]  # each computed once
+        pol, threshold = policy([(c.concurrency, v) for c, v in zip(found, verdicts)], [c.ratio for c in found])
+        where = None
+        if detail:
+            levels = [crossover_mod.Level(c.concurrency, c.ratio, *c.bounds, v) for c, v in zip(found, verdicts)
+                      if v != NOT_COMPARABLE]
+            where = crossover_mod.estimate(levels, pol)
+        others = tuple(x for comp in found for x in table.cross_of(comp)) if cross else ()
+        mine_only: tuple[int, ...] = ()
+        theirs_only: tuple[int, ...] = ()
+        if detail:
+            mine = {c for c in concs if table.latest(config, c) is not None}
+            theirs = {c for c in concs if table.latest(base, c) is not None}
+            mine_only, theirs_only = tuple(sorted(mine - theirs)), tuple(sorted(theirs - mine))
         candidates.append(Candidate(config=config, policy=pol, threshold=threshold, comparisons=found, cross=others,
-                                    crossover=where, candidate_only=tuple(sorted(mine - theirs)),
-                                    baseline_only=tuple(sorted(theirs - mine))))
+                                    crossover=where, candidate_only=mine_only, baseline_only=theirs_only))
 
     latency = None
     if table.concurrencies:
@@ -563,7 +668,9 @@ def conclude_table(workload: str, table: Table, cross: bool = True) -> WorkloadC
             elif config == base:
                 score = 1.0
             else:
-                comp = table.compare(config, base, low, verdict_only=True)
+                # The candidate's comparison at the lowest C: its ratio and cell
+                # are those of a verdict-only one (only the interval may differ).
+                comp = at_low[config]
                 score = comp.ratio if comp else 0.0
                 cell = comp.a if comp else cell
             scored.append((score, config, cell))

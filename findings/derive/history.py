@@ -15,10 +15,12 @@ from findings.core import fmt
 from findings.derive import regressions
 from findings.derive.analysis import (Best, Candidate, Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion,
                                       cells, conclude_table)
-from findings.core.model import Campaign, Dataset, Scalar
+from findings.core.model import Campaign, Dataset
 from findings.derive.regressions import FactChange
 
-FactsOf = Callable[[str, str], Mapping[str, Scalar]]
+#: (old config, old campaign, new config, new campaign, one-sided) -> the facts that changed
+#: (regressions.FactsBetween: each pair once).
+Between = Callable[[str, str, str, str, bool], tuple[FactChange, ...]]
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def _earlier(table: Table, config: str, conc: int, cell: Cell) -> Cell | None:
     return table.before(config, conc, cell.rank)
 
 
-def _provenance(used: list[Cell], table: Table, facts_of: FactsOf) -> tuple[Provenance, ...]:
+def _provenance(used: list[Cell], table: Table, between: Between) -> tuple[Provenance, ...]:
     """For each config of the cells a conclusion now rests on: its facts now
     against its facts in the campaign it was measured in before (at those C)."""
     pairs: dict[str, dict[tuple[str, str], None]] = {}
@@ -160,13 +162,12 @@ def _provenance(used: list[Cell], table: Table, facts_of: FactsOf) -> tuple[Prov
     out = []
     for config in sorted(pairs, key=table.config_order):
         for old, new in pairs[config]:
-            out.append(Provenance(config, regressions.facts_changed(facts_of(config, old), facts_of(config, new)),
-                                  between=(old, new)))
+            out.append(Provenance(config, between(config, old, config, new, False), between=(old, new)))
     return tuple(out)
 
 
 def _overtaken(cand: Candidate, before: WorkloadConclusion | None, table: Table,
-               facts_of: FactsOf) -> Provenance | None:
+               facts_of: Between) -> Provenance | None:
     """A new candidate against the strongest config it now outdoes (peak throughput)."""
     mine = table.peak(cand.config)
     if mine is None:
@@ -179,12 +180,11 @@ def _overtaken(cand: Candidate, before: WorkloadConclusion | None, table: Table,
     _, other, peak = max(beaten, key=lambda b: (b[0], b[1]))
     here = table.cells_of(other, mine.concurrency).get(mine.campaign)
     theirs = (here or peak).campaign
-    return Provenance(cand.config, regressions.facts_changed(facts_of(other, theirs), facts_of(cand.config, mine.campaign),
-                                                             one_sided=True), versus=other)
+    return Provenance(cand.config, facts_of(other, theirs, cand.config, mine.campaign, True), versus=other)
 
 
 def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion, table: Table | None = None,
-             facts_of: FactsOf | None = None) -> list[Change]:
+             facts_of: Between | None = None) -> list[Change]:
     w = after.workload
     out: list[Change] = []
 
@@ -213,8 +213,8 @@ def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion, table
                        prov([c.b for c in cand.comparisons], versus))
             )
             continue
-        old_v = prev.verdicts
-        flips = [c for c in cand.comparisons if old_v.get(c.concurrency) != c.verdict]
+        old_v, new_v = prev.verdicts, cand.verdicts
+        flips = [c for c in cand.comparisons if old_v.get(c.concurrency) != new_v[c.concurrency]]
         flipped = tuple(describe(c) for c in flips)
         used = [x for c in (flips or list(cand.comparisons)) for x in (c.a, c.b)]
         if (prev.policy, prev.threshold) != (cand.policy, cand.threshold):
@@ -287,6 +287,7 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     concluded: dict[str, WorkloadConclusion] = {}
     last_rank: dict[str, int] = {}
     entries: list[Entry] = []
+    between = regressions.FactsBetween(data.facts_of)
     previous: Conclusions | None = None
     start = 0
     if cache is not None and cache.chain and on_step is None and tuple(chain[:len(cache.chain)]) == cache.chain:
@@ -314,14 +315,14 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
             else:
                 tables[workload] = Table(added, rules, verdicts_only=True, breaks=breaks.get(workload))
             # A workload this campaign did not measure concludes as before.
-            concluded[workload] = conclude_table(workload, tables[workload], cross=False)
+            concluded[workload] = conclude_table(workload, tables[workload], cross=False, detail=on_step is not None)
             last_rank[workload] = rank
         current = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
         changes: list[Change] = []
         for wc in current.workloads:
             old = previous.workload(wc.workload) if previous else None
             if wc.workload in new or old is None:
-                changes.extend(_changes(old, wc, tables[wc.workload], data.facts_of))
+                changes.extend(_changes(old, wc, tables[wc.workload], between))
             else:
                 changes.extend(_changes(old, wc))
         policies = {wc.workload: {c.config: c.policy for c in wc.candidates} for wc in current.workloads}

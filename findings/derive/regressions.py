@@ -50,7 +50,7 @@ from findings.core import fmt
 from findings.derive.analysis import (Cell, Conclusions, Rules, Table, WorkloadConclusion, cells, conclude_tables,
                                       workload_tables)
 from findings.core.model import Dataset, Scalar
-from findings.derive.stats import ratio_ci
+from findings.derive.stats import ratio_bounds, ratio_ci
 
 REGRESSION, IMPROVEMENT, DRIFT, SUSPECT = "regression", "improvement", "drift", "suspect"
 
@@ -161,6 +161,26 @@ def facts_changed(old: Mapping[str, Scalar], new: Mapping[str, Scalar],
     return tuple(out)
 
 
+class FactsBetween:
+    """``facts_changed`` between the facts of two (config, campaign) of one
+    dataset (``facts_of``), each pair computed once: the history asks for
+    the same pairs campaign after campaign, and every workload of a
+    campaign for the same config's pair."""
+
+    def __init__(self, facts_of: Callable[[str, str], Mapping[str, Scalar]]) -> None:
+        self.facts_of = facts_of
+        self._memo: dict[tuple[str, str, str, str, bool], tuple[FactChange, ...]] = {}
+
+    def __call__(self, old_config: str, old_campaign: str, new_config: str, new_campaign: str,
+                 one_sided: bool = False) -> tuple[FactChange, ...]:
+        key = (old_config, old_campaign, new_config, new_campaign, one_sided)
+        found = self._memo.get(key)
+        if found is None:
+            found = self._memo[key] = facts_changed(self.facts_of(old_config, old_campaign),
+                                                    self.facts_of(new_config, new_campaign), one_sided)
+        return found
+
+
 #: Longer values are shown cut (the JSON keeps them whole).
 SHOWN = 60
 
@@ -268,10 +288,14 @@ def _beyond(old: Cell, new: Cell, rules: Rules) -> tuple[float, float, bool]:
     band = _band(old, new, rules)
     beyond = abs(ratio - 1) > band
     if beyond and old.n >= 2 and new.n >= 2 and rules.interval != "band":
-        lo, hi = ratio_ci(new.values, old.values, rules.confidence, rules.resamples,
-                          "|".join(new.point_ids + old.point_ids))
-        if math.isfinite(lo) and math.isfinite(hi):
-            beyond = lo > 1 or hi < 1
+        # Every resampled ratio on one side of 1 (stats.ratio_bounds): the
+        # interval excludes 1 for certain, and the bootstrap can be skipped.
+        bounds = ratio_bounds(new.values, old.values)
+        if bounds is None or bounds[0] <= 1 <= bounds[1]:
+            lo, hi = ratio_ci(new.values, old.values, rules.confidence, rules.resamples,
+                              "|".join(new.point_ids + old.point_ids))
+            if math.isfinite(lo) and math.isfinite(hi):
+                beyond = lo > 1 or hi < 1
     return ratio, band, beyond
 
 
@@ -288,6 +312,7 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
         series.setdefault((cell.workload, cell.config), {}).setdefault(cell.rank, {})[cell.concurrency] = cell
         names[cell.rank] = cell.campaign
     out: list[Move] = []
+    between = FactsBetween(facts_of)
     for (workload, config), by_rank in sorted(series.items()):
         ranks = sorted(by_rank)
         p = ranks[0]
@@ -302,7 +327,7 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
             if not any(b for *_, b in measured):
                 p = q
                 continue
-            changed = facts_changed(facts_of(config, names[p]), facts_of(config, names[q]))
+            changed = between(config, names[p], config, names[q])
             later = by_rank.get(ranks[i + 1]) if i + 1 < len(ranks) else None
             later_rank = ranks[i + 1] if i + 1 < len(ranks) else None
             kind, reason, known = _classify(measured, old, new, later, later_rank, changed, rules,

@@ -94,11 +94,6 @@ def only_counts(metrics: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in metrics.items() if k in ALL_FAILED_KEEP or k.startswith("errors_")}
 
 
-def _count(m: Mapping[str, float], key: str) -> int | None:
-    v = m.get(key)
-    return int(v) if v is not None else None
-
-
 def records_counted(p: Point) -> Mapping[str, object] | None:
     """The part of a point's per-request records that ``counts`` reads: the
     ``error`` column of a point that stored no ``failed`` count (what the
@@ -113,7 +108,10 @@ def counts(p: Point) -> Counts:
     kept per-request records but no ``failed`` count (stored before the
     importers counted them) is counted from those records' errors."""
     m = p.metrics
-    planned, completed, failed = _count(m, "planned"), _count(m, "completed"), _count(m, "failed")
+    p_, c_, f_ = m.get("planned"), m.get("completed"), m.get("failed")
+    planned = int(p_) if p_ is not None else None
+    completed = int(c_) if c_ is not None else None
+    failed = int(f_) if f_ is not None else None
     records = records_counted(p) if failed is None else None
     if records is not None:
         errors = records["error"]
@@ -128,9 +126,13 @@ def counts(p: Point) -> Counts:
 
 def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates, n: Counts | None = None) -> tuple[str, ...]:
     """Why the point fails a gate (empty: it passes). ``n``: its ``counts``, if known."""
+    return _reasons(p, speculative(facts), gates, counts(p) if n is None else n)
+
+
+def _reasons(p: Point, spec: bool | None, gates: Gates, n: Counts) -> tuple[str, ...]:
+    """``reasons``, with the config's ``speculative(facts)`` known."""
     m = p.metrics
     out = []
-    n = counts(p) if n is None else n
     if n.all_failed:
         sent = n.planned if n.planned is not None else n.failed
         out.append(f"all {sent} requests failed" if sent else "all requests failed")
@@ -159,7 +161,6 @@ def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates, n: Counts | Non
     if achieved is not None and offered and achieved < gates.min_achieved_share * offered:
         out.append(f"sent {achieved:.3g} requests/s of the schedule's {offered:.3g} "
                    f"({achieved / offered:.0%}, limit {gates.min_achieved_share:.0%}): client-bound")
-    spec = speculative(facts)
     # SGLang reports an accept length; llama.cpp the accepted share of drafts.
     has_accept = any(k in m for k in ("accept_length", "accept_length_metrics", "draft_acceptance",
                                       "draft_acceptance_metrics"))
@@ -183,9 +184,13 @@ def assess(data: Dataset, gates: Gates) -> tuple[dict[str, tuple[str, ...]], dic
     """``flagged`` and every point's ``counts``, in one pass (each point counted once)."""
     out = {}
     every: dict[str, Counts] = {}
+    spec: dict[str, bool | None] = {}  # config -> speculative(its facts): once per config, not per point
     for p in data.points:
         n = every[p.id] = counts(p)
-        why = reasons(p, data.configs.get(p.config, {}), gates, n)
+        config = p.config
+        if config not in spec:
+            spec[config] = speculative(data.configs.get(config, {}))
+        why = _reasons(p, spec[config], gates, n)
         if why:
             out[p.id] = why
     return out, every

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from findings.core import fmt
-from findings.core.model import THROUGHPUT, Dataset, Point, Scalar
+from findings.core.model import THROUGHPUT, Dataset, Point, Run, Scalar
 from findings.decide import Decided, deploy, plan
 from findings.derive import caveats, categories, regressions
 from findings.derive import openloop as load_verdicts
@@ -262,14 +262,13 @@ def _slo_line(vs: list[views.CellView], slo: views.Slo) -> str | None:
 SOURCE_RUNS_NAMED = 3
 
 
-def _sources(points: list[Point], data: Dataset) -> list[str]:
+def _sources(points: list[Point], runs: Mapping[str, Run]) -> list[str]:
     """One line per source: the runs read the same way from the same file (a
     benchmark writes one run per point) share it, with their count, the
-    first run ids and the file lines they came from."""
+    first run ids and the file lines they came from. ``runs``: run id -> run."""
     by_run: dict[str, list[Point]] = {}
     for p in points:
         by_run.setdefault(p.run_id, []).append(p)
-    runs = {r.run_id: r for r in data.runs}
     groups: dict[tuple[str, str], list[str]] = {}
     for run_id in sorted(by_run):
         run = runs.get(run_id)
@@ -598,6 +597,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     deployments = decided.deployments
     spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
             not in ("none", "", "null")}
+    runs_by_id = {r.run_id: r for r in data.runs}
     by_campaign: dict[str, dict[str, list[Point]]] = {}
     for p in data.points:
         if load_verdicts.open_loop(p) is not None:
@@ -679,7 +679,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
             "latency": with_latency,
             "simulated": any(p.simulated for p in pts),
             "workloads": sections,
-            "sources": _sources(pts, data),
+            "sources": _sources(pts, runs_by_id),
         })
     families = categories.families(data.points)
     by_category = [d.sentence() for d in derived.by_category]

@@ -113,7 +113,11 @@ def test_a_workload_redefinition_is_refused_naming_the_key(tmp_path):
     longer.write_text((SGL / "v0_5_23_baseline.jsonl").read_text().replace('"random_output_len": 512',
                                                                            '"random_output_len": 500'))
     r = _ingest(st, "sglang-bench", longer, "baseline", "c3", "W", "2026-01-03")
-    assert r.exit_code == 1 and "output_len=500 here, output_len=512" in r.output
+    # Compared with the definition stored last, with --allow-workload-change (64/512): runs are
+    # stamped to the microsecond, so two written within one second no longer tie (the tie fell to
+    # the run ids' order, and this check named the first definition now and then).
+    assert r.exit_code == 1 and "input_len=1024 and output_len=500 here, input_len=64 and output_len=512" \
+        in r.output
     assert r.output.count("workload 'W'") == 1  # one phrase per workload (issue 37)
     # the name now pools two definitions, as allowed: store check says so (a warning, not an error)
     r = cli("store", "check", store=st)

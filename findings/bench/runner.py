@@ -236,7 +236,8 @@ def git_commit(root: Path | None) -> str | None:
 
 
 def _now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    """To the microsecond, as the importers' created_at (importers/common.py now_utc)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 @dataclass

@@ -74,7 +74,11 @@ def run_id(importer: str, sha256: str) -> str:
 
 
 def now_utc() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    """When a run is written, to the microsecond: the store's "latest-written"
+    definition of a workload is the run with the greatest ``created_at``, and
+    two imports within one second must not tie (a tie fell to the run ids'
+    order: the wrong definition, now and then)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def tool_version() -> str:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 
 from findings.core import diskio
 from findings.store import index as storeindex
+from findings.store.identity import sortable_time
 from findings import store as store_mod
 from findings.core.errors import LabelError, StoreError
 from findings.core.model import Run
@@ -61,7 +62,9 @@ def _changes(changes: Mapping[str, Mapping[str, str]]) -> str:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    """To the microsecond, as runs' created_at (a run ingested again right
+    after its retraction must sort after it: store check)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _who() -> str:
@@ -92,7 +95,7 @@ def _record(store: Path, action: str, run: Run, why: str, changes: Mapping[str, 
            "who": _who(), "why": why, "run": _held(run), "changes": {k: dict(v) for k, v in sorted(changes.items())}}
     folder = store / FOLDER
     diskio.make_dirs(folder)
-    stem = f"{when.replace(':', '').replace('-', '')}-{action}-{run.run_id}"
+    stem = f"{when[:19].replace(':', '').replace('-', '')}Z-{action}-{run.run_id}"  # to the second, as before
     for n in range(1000):
         path = folder / (f"{stem}.json" if n == 0 else f"{stem}-{n}.json")
         try:
@@ -336,7 +339,7 @@ def amendments(store: Path) -> tuple[Amendment, ...]:
     if not folder.is_dir():
         return ()
     return tuple(sorted((read_one(p) for p in folder.glob("*.json") if not p.name.startswith(".")),
-                        key=lambda a: (a.when, a.path)))
+                        key=lambda a: (sortable_time(a.when), a.path)))
 
 
 def _n(count: int, word: str) -> str:

@@ -166,7 +166,8 @@ def _amendments(store: Path, stored: dict[str, str]) -> list[Finding]:
             out.append(Finding("error", str(path), str(exc).removeprefix(f"{path}: "),
                                f"restore it from git (git checkout -- {path})"))
             continue
-        if act.action == "retract" and act.run_id in stored and stored[act.run_id] < act.when:
+        if (act.action == "retract" and act.run_id in stored
+                and identity.sortable_time(stored[act.run_id]) < identity.sortable_time(act.when)):
             out.append(Finding("error", str(path), f"run {act.run_id} is recorded as retracted but its file is "
                                "still in runs/ (a retraction stopped midway?)",
                                f"run `findings store retract {act.run_id} --why ...` again"))

@@ -19,6 +19,8 @@ against a runner's points that do.
 
 from __future__ import annotations
 
+import datetime as _dt
+
 from typing import Iterable, Mapping
 
 from findings.core.model import Run, Scalar
@@ -89,6 +91,20 @@ def _show(key: str, v: Scalar) -> str:
     return f"{key.split(':', 1)[-1]}={v!r}" if isinstance(v, str) else f"{key.split(':', 1)[-1]}={v}"
 
 
+def sortable_time(stamp: str) -> str:
+    """A stored time stamp (``created_at``, an amendment's ``when``) in one
+    form that sorts as the times do: ``YYYY-MM-DDTHH:MM:SS.ffffffZ``. Runs
+    written before microseconds were recorded (``...:SSZ``) and after sort
+    together; a stamp that is not an ISO time is kept as it is."""
+    try:
+        t = _dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    if t.tzinfo is not None:
+        t = t.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+    return t.isoformat(timespec="microseconds") + "Z"
+
+
 class Known:
     """What the stored runs say the names stand for, built in one pass: each
     workload key's latest-written definition, and each (config, campaign)'s
@@ -103,7 +119,7 @@ class Known:
             self.add(run)
 
     def add(self, run: Run) -> None:
-        when = (run.created_at, run.run_id)
+        when = (sortable_time(run.created_at), run.run_id)
         for name, keys in workload_definitions(run).items():
             for key, values in keys.items():
                 old = self.definitions.get((name, key))

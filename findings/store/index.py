@@ -33,8 +33,10 @@ NAME = ".findings-index.sqlite3"
 #: be removed or relabelled (``findings store retract`` / ``relabel``);
 #: 3: workload definitions indexed by (name, key, created, run_id), so the
 #: latest definition of a key is one index seek, not a scan of every run
-#: that ever defined it (the write of a 1M-point store slowed with its size).
-VERSION = "3"
+#: that ever defined it (the write of a 1M-point store slowed with its size);
+#: 4: ``created`` in identity.sortable_time's form (runs are stamped to the
+#: microsecond since, and a stamp to the second must sort with them).
+VERSION = "4"
 GITIGNORE = "# findings: derived files, rebuilt when missing (docs/store.md)\n.findings-index.sqlite3*\n.lock\n"
 
 _SCHEMA = """
@@ -221,7 +223,7 @@ class Index:
         c.executemany("INSERT OR IGNORE INTO kinds VALUES (?, ?, ?)",
                       sorted({(p.campaign, int(p.simulated), run.run_id) for p in run.points}))
         c.executemany("INSERT INTO workloads VALUES (?, ?, ?, ?, ?)",
-                      [(name, key, _enc(v), run.created_at, run.run_id)
+                      [(name, key, _enc(v), identity.sortable_time(run.created_at), run.run_id)
                        for name, keys in sorted(identity.workload_definitions(run).items())
                        for key, values in sorted(keys.items()) for v in sorted(values, key=_enc)])
         c.executemany("INSERT INTO facts VALUES (?, ?, ?, ?, ?)",

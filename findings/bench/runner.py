@@ -28,6 +28,7 @@ from findings.core import diskio, serverinfo
 from findings.derive import sequential
 from findings.bench import host, launch, vocab
 from findings.bench.client import PointPlan, planned_requests, run_point
+from findings.bench import workers as worker_procs
 from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
 from findings.bench.metrics import derive, raw_columns
 from findings.bench.progress import Progress
@@ -395,6 +396,9 @@ def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workl
     provenance: dict[str, Scalar] = {
         "url": target.url, "repeat": repeat, "started_at": started_wall, "ended_at": _now_iso(),
         "flush_cache": sweep.flush_cache, "running_sample_s": sweep.running_sample_s, "tool_version": __version__,
+        # Worker processes: those asked for ("auto": chosen from the cores and the load); metrics
+        # client_workers holds the number used.
+        "workers": sweep.workers if sweep.workers is not None else "auto",
     }
     if target.server is not None:
         provenance["server_log"] = str(target.server.log)
@@ -510,9 +514,26 @@ class _Driver:
         started_wall = _now_iso()
         self.progress.start(label, planned_requests(prompts))
         every = sweep.running_sample_s
-        outcome = await run_point(self.transport, plan, self.progress.tick, self.scrape,
-                                  self.sample if every > 0 else None, every)
+        n = worker_procs.resolve_workers(sweep.workers, c, rate if load is not None else None,
+                                         worker_procs.cpus()) if load is None or load.mode == "rate" \
+            else max(1, min(sweep.workers or 1, c))
+        parent_cpu: float | None = None
+        if n == 1:
+            outcome = await run_point(self.transport, plan, self.progress.tick, self.scrape,
+                                      self.sample if every > 0 else None, every)
+        else:
+            try:
+                outcome, parent_cpu = await worker_procs.run_point_workers(
+                    n, plan, target.url, sweep.transport, sweep.read_timeout_s, self.opts.api_key,
+                    self.progress.advance, self.scrape, self.sample if every > 0 else None, every)
+            except worker_procs.WorkerDied as exc:
+                self.progress.end(f"{label}: failed: {exc}")
+                self.report.problems.append(f"{target.spec.name} {w.name} {_load_label(w, c, rate)} rep "
+                                            f"{repeat}: {exc}; the sweep of this config stops here")
+                raise _Gone from None
         metrics = derive(outcome)  # once: the summary line, the stored point and the caller's decisions
+        if parent_cpu is not None:
+            metrics["client_parent_cpu_s"] = parent_cpu
         self.progress.end(_point_line(label, outcome, metrics))
         run = _point_run(self.opts, target, campaign, w, sweep, c, repeat, outcome, started_wall, self.environment,
                          metrics, conversations=len(prompts), rate=rate)

@@ -1,6 +1,6 @@
 """`make perf`: measure findings itself and publish the figures with findings.
 
-Five sections (docs/performance.md is rendered from their results):
+Six sections (docs/performance.md is rendered from their results):
 
 - ``clients``: client capacity and timing fidelity. Three load clients drive
   the findings emulator one after another, each against a FRESH emulator
@@ -20,6 +20,14 @@ Five sections (docs/performance.md is rendered from their results):
   our schedule, and for ours and the peer's ``--request-rate`` the
   emulator's own arrival times (achieved rate, KS test against the
   exponential) and the TTFT error.
+- ``efficiency``: tokens per client CPU-second against the firehose at
+  C = 64, 250 and 1000 for ours (one worker), sglang.bench_serving and
+  AIPerf 0.13.0 (its own venv: benchmarks/aiperf/setup.sh), the CPU of each
+  client's process tree over the emulator's streaming window (D122).
+- ``workers``: ``findings bench --workers`` 1 and 2: capacity against the
+  firehose (and the most requests in flight at the emulator), open loops at
+  100 and 1,000 requests/s (send lateness, achieved rate, KS at the
+  emulator), and the capacity of N workers on paper (D120).
 - ``emulator``: the emulator's own step schedule: p99 lateness of its model
   steps against their deadlines, over a sweep of speed and C.
 - ``render``: ``findings render`` and ``findings conclusions`` on synthetic
@@ -34,7 +42,7 @@ Every figure goes into one long CSV (one row per measured point), which is
 ingested into the perf store (``findings ingest table``) and rendered with
 the perf template (benchmarks/perf/findings.toml)::
 
-    .venv/bin/python benchmarks/perf/perf.py [--quick] [--sections clients,emulator,render]
+    .venv/bin/python benchmarks/perf/perf.py [--quick] [--sections clients,openloop,efficiency,workers,emulator,render]
 """
 
 from __future__ import annotations
@@ -520,6 +528,8 @@ def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]
                 # Ours also measures its own CPU inside the point (warm-up excluded).
                 row["tokens_per_point_cpu_s"] = m["completed"] * out_len / m["point_cpu_s"]
             rows.append(row)
+            if "tokens_per_client_cpu_s" in row:
+                a.efficiency[client] = row["tokens_per_client_cpu_s"]  # the last C: section workers' paper figures
             log(f"  {row.get('tokens_per_client_cpu_s', float('nan')):.0f} tokens per client CPU-second while "
                 f"streaming ({row['tokens_per_client_run_cpu_s']:.0f} over the whole run), "
                 f"{m['output_throughput_tok_s']:.0f} tok/s")
@@ -601,32 +611,55 @@ def section_workers(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
                 f"{m.get('send_lateness_p99_ms', float('nan')):.3f} ms; achieved {m.get('achieved_rate_req_s', 0):.1f}"
                 f" req/s; at the server {ks['server_arrival_rate_req_s']:.1f} req/s, KS p "
                 f"{ks['server_arrival_ks_p']:.3f}")
-    rows += paper_capacity(measured, cap_plan[-1][0])
+    rows += paper_capacity(measured, cap_plan[-1][0], getattr(a, "efficiency", {}))
+    rows += section_pacer(a, work)
     return rows
 
 
-def paper_capacity(measured: dict[tuple[int, int], dict[str, float]], c: int) -> list[dict[str, Any]]:
-    """On paper: N workers on N cores of their own (and the parent on one
-    more) deliver N times one worker's tokens per CPU-second of its window,
-    until the parent's cost of merging a point is what limits: its CPU
-    seconds per token (measured with 2 workers) bound how many tokens a
-    point can merge in the time the workers took to stream them."""
+def section_pacer(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """The pacer alone (benchmarks/perf/pacer.py, pinned like a client):
+    how late an idle event loop wakes at Poisson deadlines at 1,000 per
+    second, findings' ``until`` against a plain ``asyncio.sleep``."""
+    n = 1000 if a.quick else 5000
+    log(f"workers: the pacer alone, {n} Poisson deadlines at 1000/s")
+    out = subprocess.run([*pin(1), str(PY), str(HERE / "pacer.py"), "--rate", "1000", "--n", str(n)], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    rows = []
+    for name, label in (("until", "findings until"), ("asyncio_sleep", "asyncio.sleep")):
+        rows.append({"workload": "pacer", "config": label, "concurrency": 1, "output_throughput_tok_s": "n/a",
+                     "deadlines_per_s": 1000.0, "deadlines": float(n), "wake_lateness_p50_ms": d[name]["p50_ms"],
+                     "wake_lateness_p99_ms": d[name]["p99_ms"], "wake_lateness_max_ms": d[name]["max_ms"]})
+        log(f"  {label}: lateness p50 {d[name]['p50_ms']:.3f} ms, p99 {d[name]['p99_ms']:.3f} ms")
+    return rows
+
+
+def paper_capacity(measured: dict[tuple[int, int], dict[str, float]], c: int,
+                   efficiency: dict[str, float]) -> list[dict[str, Any]]:
+    """On paper: N workers on N cores of their own (the parent on one more)
+    stream N times what one worker streams per CPU-second (its efficiency
+    at C=1000, this run; else its CPU inside the point), the parent's
+    gauge reads being negligible. The parent merges after the window: its
+    CPU per token (measured with 2 workers: starting them, taking their
+    records, merging) is what grows with N, as the share of the window
+    that merging adds after it. AIPerf on the same N cores: N times its
+    tokens per CPU-second, as if its timing manager and record processors
+    scaled as well (optimistic for it)."""
     one, two = measured.get((c, 1)), measured.get((c, 2))
     if not one or not two or not one.get("worker_cpu_s") or not two.get("parent_cpu_s"):
         return []
-    tokens = one["completed"] * one["output_len"]
-    per_worker = tokens / one["worker_cpu_s"]  # tokens per CPU-second inside the window, one worker
+    per_worker = efficiency.get(OURS) or one["completed"] * one["output_len"] / one["worker_cpu_s"]
     merge_per_token = two["parent_cpu_s"] / (two["completed"] * two["output_len"])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in (1, 2, 4, 8, 16, 32):
         stream = n * per_worker
-        # The parent merges after the window: a point of T tokens takes T/stream s to
-        # stream and T*merge_per_token s to merge; merging stays under a tenth of the
-        # window while stream * merge_per_token < 0.1.
-        rows.append({"workload": "workers-paper", "config": "findings-bench", "concurrency": n,
+        rows.append({"workload": "workers-paper", "config": OURS, "concurrency": n,
                      "output_throughput_tok_s": stream, "tokens_per_worker_cpu_s": per_worker,
                      "merge_cpu_s_per_million_tokens": merge_per_token * 1e6,
                      "merge_share_of_window": stream * merge_per_token})
+        if efficiency.get(AIPERF):
+            rows.append({"workload": "workers-paper", "config": AIPERF, "concurrency": n,
+                         "output_throughput_tok_s": n * efficiency[AIPERF]})
     return rows
 
 
@@ -778,6 +811,7 @@ def main() -> int:
     ap.add_argument("--no-render", action="store_true", help="measure and ingest, do not render the document")
     a = ap.parse_args()
     a.clients = [c for c in a.clients.split(",") if c]
+    a.efficiency = {}
     if PEER in a.clients and not (PEER_VENV / "bin" / "python").exists():
         raise SystemExit(f"perf: no peer venv at {PEER_VENV}; run bash benchmarks/peer/setup.sh "
                          f"(or pass --clients {OURS},{REF})")

@@ -283,7 +283,7 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
                    "on for made-up prompts, off (natural lengths, --output-len a cap) for prompt sets.")
 @click.option("--api", type=click.Choice(["native", "openai-chat", "openai-completions"]), default="native",
               show_default=True, help="Attach mode: which API to drive.")
-@click.option("--transport", type=click.Choice(["aiohttp", "httpx"]), default="aiohttp", show_default=True,
+@click.option("--transport", type=click.Choice(["aiohttp", "httpx", "raw"]), default="aiohttp", show_default=True,
               help="Attach mode: streaming transport.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Attach mode: repeats per concurrency.")

@@ -75,9 +75,10 @@ def test_a_timestamped_sample_is_read_as_its_value_over_the_control_plane(metric
         control.close()
 
 
-def test_a_timestamped_sample_is_read_as_its_value_during_a_point(metrics_server):
+@pytest.mark.parametrize("transport", ["aiohttp", "raw", "httpx"])
+def test_a_timestamped_sample_is_read_as_its_value_during_a_point(metrics_server, transport):
     async def fetch() -> str | None:
-        t = make_transport("aiohttp", metrics_server, 1, 10.0)
+        t = make_transport(transport, metrics_server, 1, 10.0)
         await t.start()
         try:
             return await t.get_text("/metrics")

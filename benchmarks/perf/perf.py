@@ -78,6 +78,7 @@ TOKENIZER = ROOT / "build" / "peer" / "tokenizer"
 AIPERF_VENV = Path(os.environ.get("AIPERF_VENV", ROOT / "build" / "aiperf" / "venv"))
 
 OURS, PEER, REF, AIPERF = "findings-bench", "sglang.bench_serving", "aiohttp-reference", "aiperf"
+OURS_RAW = "findings-bench-raw"  # findings bench --transport raw (D125)
 
 
 def log(msg: str) -> None:
@@ -492,19 +493,20 @@ def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]
     rows: list[dict[str, Any]] = []
 
     def ours_eff(emu: Emulator, tag: str, c: int, n: int, out_len: int,
-                 watch: list[tuple[float, float]]) -> dict[str, float]:
-        point, wall, cpu = _bench(emu, work, tag, ["--concurrency", str(c), "--workers", "1"], n, out_len,
-                                  a.client_timeout, watch=watch)
+                 watch: list[tuple[float, float]], transport: str = "aiohttp") -> dict[str, float]:
+        point, wall, cpu = _bench(emu, work, tag, ["--concurrency", str(c), "--workers", "1", "--transport",
+                                                   transport], n, out_len, a.client_timeout, watch=watch)
         m = point["metrics"]
         return {"completed": m["completed"], "output_throughput_tok_s": m["output_throughput_tok_s"],
                 "client_cpu_s": cpu, "client_wall_s": wall, "client_cpu_fraction": m["client_cpu_fraction"],
                 "point_cpu_s": m["client_cpu_s"]}
 
     fns = {OURS: ours_eff,
+           OURS_RAW: lambda emu, tag, c, n, o, watch: ours_eff(emu, tag, c, n, o, watch, "raw"),
            PEER: lambda emu, tag, c, n, o, watch: peer(emu, work, tag, c, n, o, a.client_timeout, watch),
            AIPERF: lambda emu, tag, c, n, o, watch: aiperf_client(emu, work, tag, c, n, o, a.client_timeout, watch)}
     for c, n, out_len in plan:
-        for client in (OURS, PEER, AIPERF):
+        for client in (OURS, OURS_RAW, PEER, AIPERF):
             if client not in a.clients:
                 continue
             tag = f"eff-c{c}-{client.replace('.', '_')}"
@@ -524,7 +526,7 @@ def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]
                 row["client_cpu_s"] = cpu
                 row["tokens_per_client_cpu_s"] = tokens / cpu
                 row["client_cpu_fraction"] = cpu / (t1 - t0)
-            if client == OURS:
+            if client in (OURS, OURS_RAW):
                 # Ours also measures its own CPU inside the point (warm-up excluded).
                 row["tokens_per_point_cpu_s"] = m["completed"] * out_len / m["point_cpu_s"]
             rows.append(row)
@@ -657,9 +659,10 @@ def paper_capacity(measured: dict[tuple[int, int], dict[str, float]], c: int,
                      "output_throughput_tok_s": stream, "tokens_per_worker_cpu_s": per_worker,
                      "merge_cpu_s_per_million_tokens": merge_per_token * 1e6,
                      "merge_share_of_window": stream * merge_per_token})
-        if efficiency.get(AIPERF):
-            rows.append({"workload": "workers-paper", "config": AIPERF, "concurrency": n,
-                         "output_throughput_tok_s": n * efficiency[AIPERF]})
+        for other in (OURS_RAW, AIPERF):
+            if efficiency.get(other):
+                rows.append({"workload": "workers-paper", "config": other, "concurrency": n,
+                             "output_throughput_tok_s": n * efficiency[other]})
     return rows
 
 
@@ -803,7 +806,7 @@ def main() -> int:
     ap.add_argument("--settings", type=Path, default=HERE / "findings.toml")
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "perf")
     ap.add_argument("--sections", default="clients,openloop,efficiency,workers,emulator,render")
-    ap.add_argument("--clients", default=f"{OURS},{PEER},{REF},{AIPERF}")
+    ap.add_argument("--clients", default=f"{OURS},{OURS_RAW},{PEER},{REF},{AIPERF}")
     ap.add_argument("--quick", action="store_true", help="small sizes (for trying the harness; not published)")
     ap.add_argument("--client-timeout", type=float, default=300.0)
     ap.add_argument("--emulator-sweep", default="", metavar="SPEED:C,...",

@@ -6,6 +6,9 @@
   docs/decisions.md (D17).
 - ``HttpxTransport``: the same interface on httpx.AsyncClient, with limits
   raised above the concurrency; selectable with ``--transport httpx``.
+- ``RawTransport``: HTTP/1.1 written and parsed here on asyncio's protocols,
+  each response's SSE lines handled inside ``data_received`` (no stream
+  reader, no task woken per HTTP chunk); ``--transport raw`` (D125).
 - ``Control``: httpx for the control plane (/server_info, /model_info,
   /health, /metrics, /flush_cache), synchronous: it is never on a hot path.
 

@@ -621,14 +621,16 @@ def section_workers(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
 def section_pacer(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     """The pacer alone (benchmarks/perf/pacer.py, pinned like a client):
     how late an idle event loop wakes at Poisson deadlines at 1,000 per
-    second, findings' ``until`` against a plain ``asyncio.sleep``."""
+    second: findings' ``until`` (a timerfd, D126), the spin it replaced,
+    and a plain ``asyncio.sleep``."""
     n = 1000 if a.quick else 5000
     log(f"workers: the pacer alone, {n} Poisson deadlines at 1000/s")
     out = subprocess.run([*pin(1), str(PY), str(HERE / "pacer.py"), "--rate", "1000", "--n", str(n)], cwd=ROOT,
                          capture_output=True, text=True, check=True)
     d = json.loads(out.stdout.strip().splitlines()[-1])
     rows = []
-    for name, label in (("until", "findings until"), ("asyncio_sleep", "asyncio.sleep")):
+    for name, label in (("until", "findings until (timerfd)"), ("spin", "sleep then spin"),
+                        ("asyncio_sleep", "asyncio.sleep")):
         rows.append({"workload": "pacer", "config": label, "concurrency": 1, "output_throughput_tok_s": "n/a",
                      "deadlines_per_s": 1000.0, "deadlines": float(n), "wake_lateness_p50_ms": d[name]["p50_ms"],
                      "wake_lateness_p99_ms": d[name]["p99_ms"], "wake_lateness_max_ms": d[name]["max_ms"]})

@@ -21,8 +21,13 @@ with the loop that reads the streams (docs/decisions.md D84).
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import heapq
+import os
 import ssl
+import sys
 import time
+import weakref
 from typing import Any, Callable, Protocol
 from urllib.parse import urlsplit
 
@@ -65,16 +70,99 @@ class StreamTransport(Protocol):
         ...
 
 
-#: Waits for a due time sleep until this long before it, then yield to the
-#: event loop until it has come: the selector's timeout is rounded up to whole
-#: milliseconds, so a plain sleep would be up to 1 ms late.
+#: Where no timerfd is to be had, waits for a due time sleep until this long
+#: before it, then yield to the event loop until it has come: the selector's
+#: timeout is rounded up to whole milliseconds, so a plain sleep would be up
+#: to 1 ms late.
 SPIN_S = 0.0015
+
+_CLOCK_MONOTONIC = 1  # time.perf_counter's clock on Linux
+_TFD_NONBLOCK, _TFD_CLOEXEC, _TFD_TIMER_ABSTIME = 0o4000, 0o2000000, 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class _TimerFd:
+    """Sub-millisecond waits on one event loop: a Linux timerfd armed at the
+    earliest pending due time (CLOCK_MONOTONIC, absolute: perf_counter's
+    clock) and watched by the loop's selector, which wakes the moment the
+    kernel's high-resolution timer fires, where its own timeout is whole
+    milliseconds (D126). No spinning: the process sleeps until then."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._settime = libc.timerfd_settime
+        fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "timerfd_create")
+        self.fd = int(fd)
+        self.loop = loop
+        self.heap: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.seq = 0
+        self.armed: float | None = None
+        loop.add_reader(self.fd, self._fire)
+        weakref.finalize(loop, os.close, self.fd)
+
+    def wait(self, when: float) -> asyncio.Future[None]:
+        fut = self.loop.create_future()
+        self.seq += 1
+        heapq.heappush(self.heap, (when, self.seq, fut))
+        if self.armed is None or when < self.armed:
+            self._arm(when)
+        return fut
+
+    def _arm(self, when: float) -> None:
+        sec = int(when)
+        spec = _Itimerspec(_Timespec(0, 0), _Timespec(sec, max(1, int((when - sec) * 1e9))))
+        self._settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+        self.armed = when
+
+    def _fire(self) -> None:
+        try:
+            os.read(self.fd, 8)
+        except (BlockingIOError, InterruptedError):
+            pass
+        now = time.perf_counter()
+        heap = self.heap
+        while heap and heap[0][0] <= now:
+            fut = heapq.heappop(heap)[2]
+            if not fut.done():
+                fut.set_result(None)
+        self.armed = None
+        if heap:
+            self._arm(heap[0][0])
+
+
+_timerfds: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _TimerFd | None] = weakref.WeakKeyDictionary()
+
+
+def _timerfd() -> _TimerFd | None:
+    loop = asyncio.get_running_loop()
+    if loop not in _timerfds:
+        try:
+            _timerfds[loop] = _TimerFd(loop) if sys.platform.startswith("linux") else None
+        except (OSError, AttributeError, NotImplementedError):
+            _timerfds[loop] = None
+    return _timerfds[loop]
 
 
 async def until(when: float) -> None:
-    """Return at perf_counter ``when`` (at once if it has passed)."""
+    """Return at perf_counter ``when`` (at once if it has passed): a timerfd
+    wait where the platform has one, else sleep and spin the last SPIN_S."""
     clock = time.perf_counter
     left = when - clock()
+    if left <= 0:
+        return
+    timer = _timerfd()
+    if timer is not None:
+        await timer.wait(when)
+        return
     if left > SPIN_S:
         await asyncio.sleep(left - SPIN_S)
     while clock() < when:

@@ -356,3 +356,16 @@ def test_an_open_loop_row_pivots_by_its_rate(tmp_path: Path, store: Path) -> Non
     assert t.headers == ("config", "R=100", "R=1,000")
     assert t.rows == (("1 worker", "0.5", "2.5"), ("2 workers", "—", "1.5"))
     assert lookup(rows, "wo", "2 workers", "late_ms", where={"request_rate": 1000}) == 1.5
+
+
+def test_paper_figures_come_from_the_latest_efficiency_run(tmp_path: Path) -> None:
+    perf = _perf_module()
+    (tmp_path / "inputs").mkdir()
+    head = "campaign,date,workload,config,concurrency,output_throughput_tok_s,tokens_per_client_cpu_s\n"
+    (tmp_path / "inputs" / "perf-20261201-000000.csv").write_text(
+        head + "a,2026-12-01,efficiency,aiperf,1000,1,100\na,2026-12-01,efficiency,findings-bench,1000,1,500\n")
+    (tmp_path / "inputs" / "perf-20261202-000000.csv").write_text(
+        head + "b,2026-12-02,efficiency,aiperf,1000,1,200\nb,2026-12-02,efficiency,aiperf,64,1,900\n")
+    (tmp_path / "inputs" / "perf-20261203-000000.csv").write_text(head + "c,2026-12-03,firehose,x,1000,1,\n")
+    assert perf.stored_efficiency(tmp_path, 1000) == {"aiperf": 200.0}
+    assert perf.stored_efficiency(tmp_path / "none", 1000) == {}

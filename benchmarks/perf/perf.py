@@ -613,7 +613,8 @@ def section_workers(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
                 f"{m.get('send_lateness_p99_ms', float('nan')):.3f} ms; achieved {m.get('achieved_rate_req_s', 0):.1f}"
                 f" req/s; at the server {ks['server_arrival_rate_req_s']:.1f} req/s, KS p "
                 f"{ks['server_arrival_ks_p']:.3f}")
-    rows += paper_capacity(measured, cap_plan[-1][0], getattr(a, "efficiency", {}))
+    efficiency = dict(getattr(a, "efficiency", {})) or stored_efficiency(a.store, 1000)
+    rows += paper_capacity(measured, cap_plan[-1][0], efficiency)
     rows += section_pacer(a, work)
     return rows
 
@@ -636,6 +637,23 @@ def section_pacer(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
                      "wake_lateness_p99_ms": d[name]["p99_ms"], "wake_lateness_max_ms": d[name]["max_ms"]})
         log(f"  {label}: lateness p50 {d[name]['p50_ms']:.3f} ms, p99 {d[name]['p99_ms']:.3f} ms")
     return rows
+
+
+def stored_efficiency(store: Path, c: int) -> dict[str, float]:
+    """Tokens per client CPU-second at C=``c`` from the latest run of the
+    efficiency section in the perf store's inputs (when this run did not
+    measure them), each client's figure with its campaign."""
+    out: dict[str, float] = {}
+    for path in sorted((store / "inputs").glob("perf-*.csv")):
+        with open(path, encoding="utf-8", newline="") as fh:
+            found = {r["config"]: float(r["tokens_per_client_cpu_s"]) for r in csv.DictReader(fh)
+                     if r.get("workload") == "efficiency" and r.get("concurrency") == str(c)
+                     and r.get("tokens_per_client_cpu_s")}
+        if found:
+            out = found
+    if out:
+        log(f"  on paper: tokens per client CPU-second at C={c} from the latest efficiency run in {store}")
+    return out
 
 
 def paper_capacity(measured: dict[tuple[int, int], dict[str, float]], c: int,

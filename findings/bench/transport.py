@@ -539,6 +539,11 @@ class _Exchange:
             return
         if self.stop_lines:
             return
+        if not self.line_buf and piece[-2:] == b"\n\n" and piece.find(b"\n") == len(piece) - 2:
+            # One whole event in one piece (how servers write them): no split.
+            if self.on_line(piece[:-2], now):
+                self.stop_lines = True
+            return
         lines = (self.line_buf + piece if self.line_buf else piece).split(b"\n")
         self.line_buf = lines.pop()
         on_line = self.on_line

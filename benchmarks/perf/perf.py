@@ -488,7 +488,8 @@ def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]
     client asks for exactly that many) over the CPU time the client's tree
     used between the first arrival and the last write at the server: the
     cost of streaming, its start-up and result files left out. The CPU of
-    the whole run, start to exit, is reported beside it."""
+    the whole run, start to exit, is reported beside it. ``--efficiency-rounds``
+    rounds (2), each every client at every C in turn; the best is kept."""
     plan = [(64, 256, 64), (250, 500, 64)] if a.quick else [(64, 1000, 256), (250, 1000, 256), (1000, 2000, 256)]
     rows: list[dict[str, Any]] = []
 
@@ -505,11 +506,14 @@ def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]
            OURS_RAW: lambda emu, tag, c, n, o, watch: ours_eff(emu, tag, c, n, o, watch, "raw"),
            PEER: lambda emu, tag, c, n, o, watch: peer(emu, work, tag, c, n, o, a.client_timeout, watch),
            AIPERF: lambda emu, tag, c, n, o, watch: aiperf_client(emu, work, tag, c, n, o, a.client_timeout, watch)}
-    for c, n, out_len in plan:
-        for client in (OURS, OURS_RAW, PEER, AIPERF):
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    seen: dict[tuple[str, int], list[float]] = {}
+    for rnd, (c, n, out_len, client) in ((r, x) for r in range(1, a.efficiency_rounds + 1)
+                                         for x in ((c, n, o, cl) for c, n, o in plan
+                                                   for cl in (OURS, OURS_RAW, PEER, AIPERF))):
             if client not in a.clients:
                 continue
-            tag = f"eff-c{c}-{client.replace('.', '_')}"
+            tag = f"eff-c{c}-{client.replace('.', '_')}-r{rnd}"
             log(f"efficiency: {client} firehose C={c} N={n} output {out_len}")
             watch: list[tuple[float, float]] = []
             with Emulator(work, tag, "firehose", 1.0, truth=False, log_only=True) as emu:
@@ -529,12 +533,24 @@ def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]
             if client in (OURS, OURS_RAW):
                 # Ours also measures its own CPU inside the point (warm-up excluded).
                 row["tokens_per_point_cpu_s"] = m["completed"] * out_len / m["point_cpu_s"]
-            rows.append(row)
-            if "tokens_per_client_cpu_s" in row:
-                a.efficiency[client] = row["tokens_per_client_cpu_s"]  # the last C: section workers' paper figures
-            log(f"  {row.get('tokens_per_client_cpu_s', float('nan')):.0f} tokens per client CPU-second while "
-                f"streaming ({row['tokens_per_client_run_cpu_s']:.0f} over the whole run), "
+            # Each round measures every client at every C once, in turn; the
+            # best round is kept (other load on the machine only ever slows a
+            # client down), with the rounds and their spread.
+            got = row.get("tokens_per_client_cpu_s", 0.0)
+            seen.setdefault((client, c), []).append(got)
+            if (client, c) not in best or got > best[(client, c)].get("tokens_per_client_cpu_s", 0.0):
+                best[(client, c)] = row
+            log(f"  round {rnd}: {row.get('tokens_per_client_cpu_s', float('nan')):.0f} tokens per client "
+                f"CPU-second while streaming ({row['tokens_per_client_run_cpu_s']:.0f} over the whole run), "
                 f"{m['output_throughput_tok_s']:.0f} tok/s")
+    for key, row in best.items():
+        vals = [v for v in seen[key] if v]
+        row["rounds"] = float(len(seen[key]))
+        if vals:
+            row["tokens_per_client_cpu_s_worst"] = min(vals)
+        rows.append(row)
+        if key[1] == plan[-1][0] and "tokens_per_client_cpu_s" in row:
+            a.efficiency[key[0]] = row["tokens_per_client_cpu_s"]  # the last C: section workers' paper figures
     return rows
 
 
@@ -832,6 +848,8 @@ def main() -> int:
     ap.add_argument("--emulator-sweep", default="", metavar="SPEED:C,...",
                     help="the emulator section's (speed, C) points instead of the default sweep")
     ap.add_argument("--no-render", action="store_true", help="measure and ingest, do not render the document")
+    ap.add_argument("--efficiency-rounds", type=int, default=2,
+                    help="section efficiency: measure every client at every C this many times in turn, keep the best")
     a = ap.parse_args()
     a.clients = [c for c in a.clients.split(",") if c]
     a.efficiency = {}

@@ -308,7 +308,8 @@ def test_a_signal_mid_point_stops_every_worker_and_server(tmp_path, store, sig):
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        assert "--speed 0.7" not in cmd or not _alive(int(pid)), f"emulator left running: {cmd} {logs}"
+        if str(ROOT) in cmd:  # this checkout's own: another checkout's tests may run theirs beside
+            assert "--speed 0.7" not in cmd or not _alive(int(pid)), f"emulator left running: {cmd} {logs}"
 
 
 def test_the_stop_signal_handlers_are_put_back():

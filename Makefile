@@ -118,11 +118,13 @@ demo: $(STAMP)
 # Measure findings itself (client capacity and timing against the peer
 # sglang.bench_serving and a plain aiohttp client, render scaling, the
 # emulator's limits) into benchmarks/perf/results and render
-# docs/performance.md from it. Builds the peer's own venv first (once).
-# PERF_ARGS="--clients findings-bench,aiohttp-reference" runs without the peer.
+# docs/performance.md from it. Builds the peer's and AIPerf's own venvs first (once).
+# PERF_ARGS="--clients findings-bench,aiohttp-reference" runs without the peer and AIPerf;
+# PERF_ARGS="--sections efficiency,workers" runs only those sections (perf.py --help).
 PERF_ARGS ?=
 perf: $(STAMP)
 	$(if $(findstring --clients,$(PERF_ARGS)),,bash benchmarks/peer/setup.sh)
+	$(if $(findstring --clients,$(PERF_ARGS)),,bash benchmarks/aiperf/setup.sh)
 	$(BIN)/python benchmarks/perf/perf.py $(PERF_ARGS)
 
 # Rebuild the committed seed store from benchmarks/history/ (into an empty store).

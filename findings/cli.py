@@ -283,7 +283,7 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
                    "on for made-up prompts, off (natural lengths, --output-len a cap) for prompt sets.")
 @click.option("--api", type=click.Choice(["native", "openai-chat", "openai-completions"]), default="native",
               show_default=True, help="Attach mode: which API to drive.")
-@click.option("--transport", type=click.Choice(["aiohttp", "httpx"]), default="aiohttp", show_default=True,
+@click.option("--transport", type=click.Choice(["aiohttp", "httpx", "raw"]), default="aiohttp", show_default=True,
               help="Attach mode: streaming transport.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
               help="Attach mode: repeats per concurrency.")
@@ -295,6 +295,9 @@ def _concurrency(_ctx: click.Context, _param: click.Parameter, value: str | None
 @click.option("--no-flush-cache", is_flag=True, help="Attach mode: do not POST /flush_cache before each point.")
 @click.option("--running-sample", "running_sample_s", type=click.FloatRange(min=0), default=1.0, show_default=True,
               metavar="S", help="Attach mode: read the server's running-batch gauge every S seconds (0: never).")
+@click.option("--workers", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Attach mode: worker processes per point, each with its own event loop and connections "
+                   "(default: from the cores and the load; recorded with each point).")
 @click.option("--request-rate", default=None, metavar="R[,R...]",
               help="Attach mode: an open loop at each of these rates (requests/s) instead of --concurrency.")
 @click.option("--burstiness", default=None, metavar="B",
@@ -342,7 +345,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
           workload: str | None, concurrency: tuple[int, ...], num_prompts: int, input_len: int,
           output_len: int, prompts: str | None, dataset: str | None, split_by: str | None, max_turns: int | None,
           vocab_size: int | None, ignore_eos: bool | None, api: str, transport: str, repeats: int, warmup: int,
-          seed: int, read_timeout: float, no_flush_cache: bool, running_sample_s: float,
+          seed: int, read_timeout: float, no_flush_cache: bool, running_sample_s: float, workers: int | None,
           request_rate: str | None, burstiness: str | None, max_concurrency: int | None, duration_s: float | None,
           load_profile: str | None, trace: str | None, time_scale: float | None, block_size: int | None,
           slo_ttft_ms: float | None, slo_tpot_ms: float | None, slo_attainment: float | None,
@@ -382,7 +385,8 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
                  output_len=output_len, num_prompts=num_prompts, seed=seed, ignore_eos=ignore_eos,
                  split_by=split_by, max_turns=max_turns, vocab_size=vocab_size, load=load)
         sweep = Sweep(api=api, transport=transport, concurrency=concurrency, repeats=repeats, warmup=warmup,
-                      read_timeout_s=read_timeout, flush_cache=not no_flush_cache, running_sample_s=running_sample_s)
+                      read_timeout_s=read_timeout, flush_cache=not no_flush_cache, running_sample_s=running_sample_s,
+                      workers=workers)
         report = _run(runner.bench_attach, url, config, campaign, w, sweep, opts)
     click.echo(report.summary())
     if report.interrupted:

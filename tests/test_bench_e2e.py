@@ -263,6 +263,61 @@ def test_a_signal_keeps_finished_points_and_stops_every_server(tmp_path, store, 
         assert f"--speed {speed}" not in cmd, f"emulator left running: {cmd}"
 
 
+WORKERS_MATRIX = """
+[defaults]
+concurrency = [8]
+warmup = 0
+workers = 2
+health_timeout_s = 30
+[workloads.w]
+input_len = 16
+output_len = 64
+num_prompts = 400
+[configs.baseline]
+launch = "{python} -m findings emulate --port {port} --profile baseline --speed 0.7"
+[[campaigns]]
+name = "workers"
+configs = ["baseline"]
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_point_stops_every_worker_and_server(tmp_path, store, sig):
+    """``--workers 2``: a signal to the parent while both worker processes
+    measure stops them (SIGTERM to each, SIGKILL after a grace) and the
+    launched server; the point in flight is not stored."""
+    from test_workers import _alive, _workers_of
+
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(WORKERS_MATRIX)
+    proc = subprocess.Popen([str(Path(PY).parent / "findings"), "--store", str(store), "bench", str(matrix),
+                             "--no-progress", "--log-dir", str(tmp_path / "logs"), "--create"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    deadline = time.monotonic() + 90
+    workers: list[int] = []
+    while time.monotonic() < deadline and len(workers) < 2:
+        time.sleep(0.1)
+        workers = _workers_of(proc.pid)
+    assert len(workers) == 2, workers
+    logs = list((tmp_path / "logs").glob("*.log"))
+    time.sleep(1.5)  # both started, the point under way
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, (proc.returncode, out, err)
+    assert "every launched server stopped" in out and "kept 0 finished points" in out
+    assert not list((store / "runs").glob("*.json")) if (store / "runs").is_dir() else True
+    time.sleep(0.3)
+    assert not any(_alive(w) for w in workers)
+    ps = subprocess.run(["pgrep", "-f", "findings emulate --port"], capture_output=True, text=True)
+    for pid in ps.stdout.split():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(ROOT) in cmd:  # this checkout's own: another checkout's tests may run theirs beside
+            assert "--speed 0.7" not in cmd or not _alive(int(pid)), f"emulator left running: {cmd} {logs}"
+
+
 def test_the_stop_signal_handlers_are_put_back():
     from findings.bench.runner import STOP_SIGNALS, stop_signals
     before = [signal.getsignal(s) for s in STOP_SIGNALS]

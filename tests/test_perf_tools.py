@@ -286,3 +286,86 @@ def test_llamacpp_timings_give_the_points_draft_acceptance() -> None:
                             metrics_before=before, metrics_after=after))
     assert m["draft_tokens"] == 12 and m["draft_accepted_tokens"] == 6 and m["draft_acceptance"] == 0.5
     assert m["draft_acceptance_metrics"] == 0.5 and m["server_generation_tokens"] == 10
+
+
+def test_tree_cpu_counts_every_process_of_the_client(tmp_path: Path) -> None:
+    """make perf's efficiency section reads a client's whole process tree
+    from /proc (AIPerf is several processes): a parent and its child that
+    each burn 0.3 s of CPU, then wait, add up to at least 0.6 s."""
+    perf = _perf_module()
+    burn = "import time\nwhile time.process_time() < 0.3:\n    pass\n"
+    child = tmp_path / "child.py"
+    child.write_text(burn + f"open({str(tmp_path / 'ready')!r}, 'w').close()\ntime.sleep(60)\n")
+    parent = tmp_path / "parent.py"
+    parent.write_text(burn + "import subprocess, sys\n"
+                      f"c = subprocess.Popen([sys.executable, {str(child)!r}])\n"
+                      f"open({str(tmp_path / 'child.pid')!r}, 'w').write(str(c.pid))\nc.wait()\n")
+    proc = subprocess.Popen([PY, str(parent)])
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "ready").exists()
+        assert perf.tree_cpu_s(proc.pid) >= 0.58  # /proc counts in ticks of 10 ms
+    finally:
+        pid_file = tmp_path / "child.pid"
+        if pid_file.exists():
+            subprocess.run(["kill", pid_file.read_text().strip()])
+        _stop(proc)  # type: ignore[arg-type]
+
+
+def test_streaming_window_cpu_and_in_flight_from_the_ground_truth_log(tmp_path: Path) -> None:
+    perf = _perf_module()
+    log = tmp_path / "truth.jsonl"
+    reqs = [(10.0, [10.1, 10.5]), (10.2, [10.3, 11.7]), (10.6, [10.7, 12.0]), (11.5, [11.6, 11.9])]
+    log.write_text("".join(json.dumps({"arrival": a, "events": e}) + "\n" for a, e in reqs))
+    assert perf.streaming_window(log) == (10.0, 12.0, 4)
+    assert perf._inflight_max(log, 0) == 3.0  # 11.5 to 11.7 holds three
+    assert perf._inflight_max(log, 2) == 2.0  # the first two (by arrival) left out
+    watch = [(9.99, 1.0), (10.5, 1.5), (12.01, 3.0)]
+    assert perf.window_cpu_s(watch, 10.0, 12.0) == pytest.approx(2.0)
+    assert perf.window_cpu_s(watch, 9.0, 12.0) is None  # no sample before the window
+
+
+def test_workers_on_paper_scale_one_workers_efficiency() -> None:
+    perf = _perf_module()
+    one = {"completed": 100.0, "output_len": 256.0, "worker_cpu_s": 0.5}
+    two = {"completed": 100.0, "output_len": 256.0, "parent_cpu_s": 0.256}
+    rows = perf.paper_capacity({(1000, 1): one, (1000, 2): two}, 1000, {perf.OURS: 60000.0, perf.AIPERF: 12000.0})
+    ours = {r["concurrency"]: r for r in rows if r["config"] == perf.OURS}
+    assert ours[4]["output_throughput_tok_s"] == 240000.0
+    assert ours[1]["merge_cpu_s_per_million_tokens"] == pytest.approx(10.0)
+    assert ours[8]["merge_share_of_window"] == pytest.approx(8 * 60000 * 1e-5)
+    assert {r["concurrency"]: r["output_throughput_tok_s"] for r in rows if r["config"] == perf.AIPERF}[2] == 24000.0
+    assert perf.paper_capacity({(1000, 1): one}, 1000, {}) == []
+
+
+def test_an_open_loop_row_pivots_by_its_rate(tmp_path: Path, store: Path) -> None:
+    """D103: a rate row leaves concurrency empty and its rate is a workload
+    parameter; the perf template still pivots and looks it up by rate."""
+    csv = tmp_path / "perf.csv"
+    csv.write_text("campaign,date,workload,config,concurrency,output_throughput_tok_s,request_rate,late_ms\n"
+                   "p1,2026-12-03,wo,1 worker,,10,100,0.5\n"
+                   "p1,2026-12-03,wo,1 worker,,10,1000,2.5\n"
+                   "p1,2026-12-03,wo,2 workers,,10,1000,1.5\n")
+    r = cli("ingest", "table", str(csv), store=store)
+    assert r.exit_code == 0, r.output
+    from findings import store as store_mod
+    rows = measurements(store_mod.merge(store_mod.load_runs(store)))
+    t = pivot(rows, "wo", "late_ms", cols_by="request_rate", col_prefix="R=", digits=1)
+    assert t.headers == ("config", "R=100", "R=1,000")
+    assert t.rows == (("1 worker", "0.5", "2.5"), ("2 workers", "—", "1.5"))
+    assert lookup(rows, "wo", "2 workers", "late_ms", where={"request_rate": 1000}) == 1.5
+
+
+def test_paper_figures_come_from_the_latest_efficiency_run(tmp_path: Path) -> None:
+    perf = _perf_module()
+    (tmp_path / "inputs").mkdir()
+    head = "campaign,date,workload,config,concurrency,output_throughput_tok_s,tokens_per_client_cpu_s\n"
+    (tmp_path / "inputs" / "perf-20261201-000000.csv").write_text(
+        head + "a,2026-12-01,efficiency,aiperf,1000,1,100\na,2026-12-01,efficiency,findings-bench,1000,1,500\n")
+    (tmp_path / "inputs" / "perf-20261202-000000.csv").write_text(
+        head + "b,2026-12-02,efficiency,aiperf,1000,1,200\nb,2026-12-02,efficiency,aiperf,64,1,900\n")
+    (tmp_path / "inputs" / "perf-20261203-000000.csv").write_text(head + "c,2026-12-03,firehose,x,1000,1,\n")
+    assert perf.stored_efficiency(tmp_path, 1000) == {"aiperf": 200.0}
+    assert perf.stored_efficiency(tmp_path / "none", 1000) == {}

@@ -280,11 +280,11 @@ def vllm_2024(tmp: Path) -> None:
 # ------------------------------------------------------------------ aiperf 0.13.0
 
 def aiperf_bin() -> Path:
+    """AIPerf's own venv, built once by benchmarks/aiperf/setup.sh (as make perf does)."""
     exe = AIPERF_VENV / "bin" / "aiperf"
     if not exe.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(AIPERF_VENV)], check=True)
-        subprocess.run([str(AIPERF_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                        f"aiperf=={AIPERF_VERSION}"], check=True)
+        subprocess.run(["bash", str(ROOT / "benchmarks" / "aiperf" / "setup.sh"), str(AIPERF_VENV)], check=True,
+                       env={**os.environ, "AIPERF_VERSION": AIPERF_VERSION})
     return exe
 
 

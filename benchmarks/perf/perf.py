@@ -1,6 +1,6 @@
 """`make perf`: measure findings itself and publish the figures with findings.
 
-Five sections (docs/performance.md is rendered from their results):
+Six sections (docs/performance.md is rendered from their results):
 
 - ``clients``: client capacity and timing fidelity. Three load clients drive
   the findings emulator one after another, each against a FRESH emulator
@@ -20,6 +20,14 @@ Five sections (docs/performance.md is rendered from their results):
   our schedule, and for ours and the peer's ``--request-rate`` the
   emulator's own arrival times (achieved rate, KS test against the
   exponential) and the TTFT error.
+- ``efficiency``: tokens per client CPU-second against the firehose at
+  C = 64, 250 and 1000 for ours (one worker), sglang.bench_serving and
+  AIPerf 0.13.0 (its own venv: benchmarks/aiperf/setup.sh), the CPU of each
+  client's process tree over the emulator's streaming window (D122).
+- ``workers``: ``findings bench --workers`` 1 and 2: capacity against the
+  firehose (and the most requests in flight at the emulator), open loops at
+  100 and 1,000 requests/s (send lateness, achieved rate, KS at the
+  emulator), and the capacity of N workers on paper (D120).
 - ``emulator``: the emulator's own step schedule: p99 lateness of its model
   steps against their deadlines, over a sweep of speed and C.
 - ``render``: ``findings render`` and ``findings conclusions`` on synthetic
@@ -34,7 +42,7 @@ Every figure goes into one long CSV (one row per measured point), which is
 ingested into the perf store (``findings ingest table``) and rendered with
 the perf template (benchmarks/perf/findings.toml)::
 
-    .venv/bin/python benchmarks/perf/perf.py [--quick] [--sections clients,emulator,render]
+    .venv/bin/python benchmarks/perf/perf.py [--quick] [--sections clients,openloop,efficiency,workers,emulator,render]
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -66,7 +75,10 @@ PEER_PY = ROOT / "benchmarks" / "peer" / "peer-python"
 PEER_VENV = Path(os.environ.get("PEER_VENV", ROOT / "build" / "peer" / "venv"))
 TOKENIZER = ROOT / "build" / "peer" / "tokenizer"
 
-OURS, PEER, REF = "findings-bench", "sglang.bench_serving", "aiohttp-reference"
+AIPERF_VENV = Path(os.environ.get("AIPERF_VENV", ROOT / "build" / "aiperf" / "venv"))
+
+OURS, PEER, REF, AIPERF = "findings-bench", "sglang.bench_serving", "aiohttp-reference", "aiperf"
+OURS_RAW = "findings-bench-raw"  # findings bench --transport raw (D125)
 
 
 def log(msg: str) -> None:
@@ -106,9 +118,12 @@ class Emulator(crosscheck.Emulator):
     """One emulator process (benchmarks/peer/crosscheck.py), pinned to core 0,
     with its ground-truth log next to its own log."""
 
-    def __init__(self, work: Path, tag: str, profile: str, speed: float = 1.0, truth: bool = True) -> None:
+    def __init__(self, work: Path, tag: str, profile: str, speed: float = 1.0, truth: bool = True,
+                 log_only: bool = False) -> None:
+        """``truth``: the ground truth in-band and in the log; ``log_only``: in the log only
+        (the clients read exactly what they would without it)."""
         self.truth_log = work / f"truth-{tag}.jsonl"
-        extra = ("--ground-truth-log", str(self.truth_log)) if truth else ()
+        extra = ("--ground-truth-log", str(self.truth_log)) if truth or log_only else ()
         super().__init__(profile, speed, 0, truth, work / f"emulator-{tag}.log", prefix=tuple(pin(0)), extra=extra)
         assert self.url
 
@@ -122,23 +137,81 @@ class Emulator(crosscheck.Emulator):
         return out
 
 
-def run_client(cmd: list[str], logfile: Path, timeout: float) -> tuple[int, float, float]:
-    """Run a client to completion; (exit code, wall s, CPU s of the client process tree)."""
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of a process and every descendant alive now (user +
+    system, with what each has reaped of its own children), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def run_client(cmd: list[str], logfile: Path, timeout: float,
+               watch: list[tuple[float, float]] | None = None) -> tuple[int, float, float]:
+    """Run a client to completion; (exit code, wall s, CPU s of the client process tree).
+    ``watch``: filled with (time.time(), CPU s of the process tree so far) every 20 ms."""
     with open(logfile, "w", encoding="utf-8") as fh:
         fh.write("$ " + shlex.join(cmd) + "\n")
         fh.flush()
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        done = threading.Event()
+
+        def sample() -> None:
+            assert watch is not None
+            while not done.wait(0.02):
+                watch.append((time.time(), tree_cpu_s(proc.pid)))
+
+        sampler = threading.Thread(target=sample, daemon=True) if watch is not None else None
+        if sampler is not None:
+            sampler.start()
         try:
             _, status, usage = os.wait4(proc.pid, 0)
         except KeyboardInterrupt:
             proc.kill()
             raise
+        finally:
+            done.set()
+            if sampler is not None:
+                sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - t0
     if wall > timeout:
         log(f"warning: {cmd[0]} took {wall:.0f} s (> {timeout:.0f} s)")
     return proc.returncode, wall, usage.ru_utime + usage.ru_stime
+
+
+def window_cpu_s(watch: list[tuple[float, float]], t0: float, t1: float) -> float | None:
+    """The process tree's CPU seconds between wall times t0 and t1 (the
+    samples just before t0 and just after t1: at most 20 ms more)."""
+    before = [cpu for t, cpu in watch if t <= t0]
+    after = [cpu for t, cpu in watch if t >= t1]
+    if not before or not after:
+        return None
+    return after[0] - before[-1]
+
+
+def streaming_window(truth_log: Path) -> tuple[float, float, int]:
+    """From the emulator's ground-truth log: the first request's arrival, the
+    last write of any request, and the requests it served (warm-up included)."""
+    first, last, n = float("inf"), 0.0, 0
+    for line in truth_log.read_text(encoding="utf-8").splitlines():
+        d = json.loads(line)
+        first = min(first, d["arrival"])
+        last = max(last, d["events"][-1] if d["events"] else d["arrival"])
+        n += 1
+    return first, last, n
 
 
 # --------------------------------------------------------------------------- the three clients
@@ -166,15 +239,16 @@ def error_metrics(per_request: list[tuple[int, float, list[float]]], c: int) -> 
 
 
 def _bench(emu: Emulator, work: Path, tag: str, load: list[str], n: int, out_len: int,
-           timeout: float) -> tuple[dict[str, Any], float, float]:
+           timeout: float, cores: list[str] | None = None,
+           watch: list[tuple[float, float]] | None = None) -> tuple[dict[str, Any], float, float]:
     """One `findings bench --url` point (``load``: its --concurrency or
     --request-rate option) pinned to core 1; (the stored point, wall s, CPU s)."""
     store = work / f"store-{tag}"
-    cmd = [*pin(1), str(FINDINGS), "--store", str(store), "bench", "--url", emu.url, "--config", "perf",
-           "--campaign", f"perf-{tag}", "--workload", "perf", *load, "--num-prompts", str(n),
+    cmd = [*(pin(1) if cores is None else cores), str(FINDINGS), "--store", str(store), "bench", "--url", emu.url,
+           "--config", "perf", "--campaign", f"perf-{tag}", "--workload", "perf", *load, "--num-prompts", str(n),
            "--input-len", "32", "--output-len", str(out_len), "--prompts", "random-ids", "--warmup", "2",
            "--no-progress", "--read-timeout", "120", "--create"]
-    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
+    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout, watch)
     files = sorted((store / "runs").glob("*.json")) if (store / "runs").is_dir() else []
     if rc != 0 or not files:
         raise SystemExit(f"perf: findings bench failed (exit {rc}); log {work / f'client-{tag}.log'}")
@@ -215,7 +289,8 @@ def ours(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, time
     return row
 
 
-def peer(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, timeout: float) -> dict[str, float]:
+def peer(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, timeout: float,
+         watch: list[tuple[float, float]] | None = None) -> dict[str, float]:
     out = work / f"peer-{tag}.jsonl"
     cmd = [*pin(1), str(PEER_PY), "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url", emu.url,
            "--dataset-name", "random-ids", "--tokenize-prompt", "--random-input-len", "32",
@@ -223,7 +298,7 @@ def peer(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, time
            "--max-concurrency", str(c), "--request-rate", "inf", "--tokenizer", str(TOKENIZER),
            "--model", str(TOKENIZER), "--output-file", str(out), "--output-details", "--warmup-requests", "2",
            "--disable-tqdm", "--seed", "1"]
-    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout)
+    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout, watch)
     if rc != 0 or not out.exists():
         raise SystemExit(f"perf: sglang.bench_serving failed (exit {rc}); log {work / f'client-{tag}.log'}")
     d = json.loads(out.read_text(encoding="utf-8").splitlines()[-1])
@@ -346,7 +421,8 @@ def section_openloop(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
         log(f"open loop: {client} Poisson {rate:g} requests/s, N={n}, output {out_len}")
         with Emulator(work, tag, "baseline", 1.0) as emu:
             metrics = fn(emu, work, tag, rate, n, out_len, a.client_timeout)
-        rows.append({"workload": "open-loop", "config": client, "concurrency": 1, "request_rate": rate,
+        # A rate row's load is its rate (D103): no concurrency.
+        rows.append({"workload": "open-loop", "config": client, "concurrency": None, "request_rate": rate,
                      "output_len": out_len, "num_prompts": n, **metrics})
         log(f"  send lateness p99 {metrics.get('send_lateness_p99_ms', float('nan')):.3f} ms, TTFT error p99 "
             f"{metrics.get('ttft_client_error_p99_ms', float('nan')):.2f} ms, arrivals KS p "
@@ -375,6 +451,254 @@ def section_clients(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
                          "output_len": out_len, "num_prompts": n, **metrics})
             log(f"  {metrics.get('output_throughput_tok_s', 0):.0f} tok/s, TTFT error p50 "
                 f"{metrics.get('ttft_client_error_p50_ms', float('nan')):.2f} ms")
+    return rows
+
+
+# --------------------------------------------------------------------------- one client's efficiency
+
+def aiperf_client(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int,
+                  timeout: float, watch: list[tuple[float, float]] | None = None) -> dict[str, float]:
+    """AIPerf 0.13.0 (its own venv: benchmarks/aiperf/setup.sh), completions,
+    streaming, C in flight; every process it starts inherits the pin."""
+    art = work / f"aiperf-{tag}"
+    cmd = [*pin(1), str(AIPERF_VENV / "bin" / "aiperf"), "profile", "--model", "findings-emulator/firehose",
+           "--url", emu.url, "--endpoint-type", "completions", "--streaming", "--tokenizer", str(TOKENIZER),
+           "--concurrency", str(c), "--request-count", str(n), "--isl", "32", "--isl-stddev", "0",
+           "--osl", str(out_len), "--osl-stddev", "0", "--extra-inputs", "ignore_eos:true", "--random-seed", "1",
+           "--artifact-dir", str(art), "--ui", "none", "--no-server-metrics", "--no-gpu-telemetry"]
+    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout, watch)
+    out = art / "profile_export_aiperf.json"
+    if rc != 0 or not out.exists():
+        raise SystemExit(f"perf: aiperf failed (exit {rc}); log {work / f'client-{tag}.log'}")
+    d = json.loads(out.read_text(encoding="utf-8"))
+    completed = float(d["request_count"]["avg"])
+    duration = float(d["benchmark_duration"]["avg"])
+    return {"completed": completed, "duration": duration, "output_throughput_tok_s": completed * out_len / duration,
+            "client_cpu_s": cpu, "client_wall_s": wall}
+
+
+def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """Tokens per client CPU-second against the firehose at C = 64, 250 and
+    1000: ours (one worker), sglang.bench_serving and AIPerf, each against a
+    fresh emulator, the client pinned to one core. The emulator logs each
+    request's arrival and writes (its ground-truth log only: the clients
+    read what they would read without it); the client's whole process tree
+    is sampled from /proc every 20 ms. Tokens per client CPU-second = the
+    tokens the emulator streamed (requests served x output length: every
+    client asks for exactly that many) over the CPU time the client's tree
+    used between the first arrival and the last write at the server: the
+    cost of streaming, its start-up and result files left out. The CPU of
+    the whole run, start to exit, is reported beside it. ``--efficiency-rounds``
+    rounds (2), each every client at every C in turn; the best is kept."""
+    plan = [(64, 256, 64), (250, 500, 64)] if a.quick else [(64, 1000, 256), (250, 1000, 256), (1000, 2000, 256)]
+    rows: list[dict[str, Any]] = []
+
+    def ours_eff(emu: Emulator, tag: str, c: int, n: int, out_len: int,
+                 watch: list[tuple[float, float]], transport: str = "aiohttp") -> dict[str, float]:
+        point, wall, cpu = _bench(emu, work, tag, ["--concurrency", str(c), "--workers", "1", "--transport",
+                                                   transport], n, out_len, a.client_timeout, watch=watch)
+        m = point["metrics"]
+        return {"completed": m["completed"], "output_throughput_tok_s": m["output_throughput_tok_s"],
+                "client_cpu_s": cpu, "client_wall_s": wall, "client_cpu_fraction": m["client_cpu_fraction"],
+                "point_cpu_s": m["client_cpu_s"]}
+
+    fns = {OURS: ours_eff,
+           OURS_RAW: lambda emu, tag, c, n, o, watch: ours_eff(emu, tag, c, n, o, watch, "raw"),
+           PEER: lambda emu, tag, c, n, o, watch: peer(emu, work, tag, c, n, o, a.client_timeout, watch),
+           AIPERF: lambda emu, tag, c, n, o, watch: aiperf_client(emu, work, tag, c, n, o, a.client_timeout, watch)}
+    best: dict[tuple[str, int], dict[str, Any]] = {}
+    seen: dict[tuple[str, int], list[float]] = {}
+    for rnd, (c, n, out_len, client) in ((r, x) for r in range(1, a.efficiency_rounds + 1)
+                                         for x in ((c, n, o, cl) for c, n, o in plan
+                                                   for cl in (OURS, OURS_RAW, PEER, AIPERF))):
+            if client not in a.clients:
+                continue
+            tag = f"eff-c{c}-{client.replace('.', '_')}-r{rnd}"
+            log(f"efficiency: {client} firehose C={c} N={n} output {out_len}")
+            watch: list[tuple[float, float]] = []
+            with Emulator(work, tag, "firehose", 1.0, truth=False, log_only=True) as emu:
+                m = fns[client](emu, tag, c, n, out_len, watch)
+                t0, t1, served = streaming_window(emu.truth_log)
+            cpu = window_cpu_s(watch, t0, t1)
+            tokens = served * out_len
+            row = {"workload": "efficiency", "config": client, "concurrency": c, "output_len": out_len,
+                   "num_prompts": n, "output_throughput_tok_s": m["output_throughput_tok_s"],
+                   "completed": m["completed"], "client_run_cpu_s": m["client_cpu_s"],
+                   "client_wall_s": m["client_wall_s"], "streaming_s": t1 - t0,
+                   "tokens_per_client_run_cpu_s": m["completed"] * out_len / m["client_cpu_s"]}
+            if cpu:
+                row["client_cpu_s"] = cpu
+                row["tokens_per_client_cpu_s"] = tokens / cpu
+                row["client_cpu_fraction"] = cpu / (t1 - t0)
+            if client in (OURS, OURS_RAW):
+                # Ours also measures its own CPU inside the point (warm-up excluded).
+                row["tokens_per_point_cpu_s"] = m["completed"] * out_len / m["point_cpu_s"]
+            # Each round measures every client at every C once, in turn; the
+            # best round is kept (other load on the machine only ever slows a
+            # client down), with the rounds and their spread.
+            got = row.get("tokens_per_client_cpu_s", 0.0)
+            seen.setdefault((client, c), []).append(got)
+            if (client, c) not in best or got > best[(client, c)].get("tokens_per_client_cpu_s", 0.0):
+                best[(client, c)] = row
+            log(f"  round {rnd}: {row.get('tokens_per_client_cpu_s', float('nan')):.0f} tokens per client "
+                f"CPU-second while streaming ({row['tokens_per_client_run_cpu_s']:.0f} over the whole run), "
+                f"{m['output_throughput_tok_s']:.0f} tok/s")
+    for key, row in best.items():
+        vals = [v for v in seen[key] if v]
+        row["rounds"] = float(len(seen[key]))
+        if vals:
+            row["tokens_per_client_cpu_s_worst"] = min(vals)
+        rows.append(row)
+        if key[1] == plan[-1][0] and "tokens_per_client_cpu_s" in row:
+            a.efficiency[key[0]] = row["tokens_per_client_cpu_s"]  # the last C: section workers' paper figures
+    return rows
+
+
+# --------------------------------------------------------------------------- worker processes
+
+def _inflight_max(truth_log: Path, warmup: int) -> float:
+    """The most requests the emulator held at once (its ground-truth log:
+    arrival and last write of each), the warm-up requests left out."""
+    recs = sorted((json.loads(line) for line in truth_log.read_text(encoding="utf-8").splitlines()),
+                  key=lambda d: d["arrival"])[warmup:]
+    edges = sorted([(d["arrival"], 1) for d in recs] + [(d["events"][-1], -1) for d in recs if d["events"]],
+                   key=lambda e: (e[0], e[1]))
+    level = top = 0
+    for _, step in edges:
+        level += step
+        top = max(top, level)
+    return float(top)
+
+
+def section_workers(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """``findings bench --workers N``: capacity against the firehose with 1
+    and 2 workers (the client's processes pinned to the cores that are not
+    the emulator's), and open loops at 100 and 1,000 requests/s with 1 and 2
+    workers: our send lateness, the achieved rate, and at the emulator its
+    arrival rate, the KS p-value of its gaps and the most requests in
+    flight. Then, on paper, the capacity of N workers from the measured
+    cost per worker and the parent's cost of starting them and merging."""
+    rows: list[dict[str, Any]] = []
+    ncpu = os.cpu_count() or 1
+    # The client's processes on every core but the emulator's (core 0); with
+    # two cores, not pinned: two workers pinned to one core would measure the
+    # core's time slicing, not the workers.
+    client_cores = ["taskset", "-c", f"1-{ncpu - 1}"] if ncpu >= 3 and pin(0) else []
+    cap_plan = [(64, 256, 64)] if a.quick else [(250, 2000, 256), (1000, 2000, 256)]
+    measured: dict[tuple[int, int], dict[str, float]] = {}
+    for c, n, out_len in cap_plan:
+        for workers in (1, 2):
+            tag = f"workers-c{c}-w{workers}"
+            log(f"workers: capacity, {workers} worker(s), firehose C={c} N={n} output {out_len}")
+            with Emulator(work, tag, "firehose", 1.0) as emu:
+                point, wall, cpu = _bench(emu, work, tag, ["--concurrency", str(c), "--workers", str(workers)], n,
+                                          out_len, a.client_timeout, cores=client_cores)
+                top = _inflight_max(emu.truth_log, 2)
+            m = point["metrics"]
+            row = {"workload": "workers-capacity", "config": f"{workers} worker{'s' if workers > 1 else ''}",
+                   "concurrency": c, "output_len": out_len, "num_prompts": n, "workers": float(workers),
+                   "output_throughput_tok_s": m["output_throughput_tok_s"], "completed": m["completed"],
+                   "client_cpu_s": cpu, "client_wall_s": wall, "server_inflight_max": top,
+                   "tokens_per_client_cpu_s": m["completed"] * out_len / cpu,
+                   "worker_cpu_s": m.get("client_cpu_s"), "client_cpu_fraction": m.get("client_cpu_fraction"),
+                   "client_loop_lag_p99_ms": m.get("client_loop_lag_p99_ms")}
+            if "client_parent_cpu_s" in m:
+                row["parent_cpu_s"] = m["client_parent_cpu_s"]
+            rows.append(row)
+            measured[(c, workers)] = row
+            log(f"  {m['output_throughput_tok_s']:.0f} tok/s, {row['tokens_per_client_cpu_s']:.0f} tokens per "
+                f"client CPU-second, at most {top:.0f} in flight at the server")
+    open_plan = [(100.0, 200), (1000.0, 1000)] if a.quick else [(100.0, 1000), (1000.0, 5000)]
+    for rate, n in open_plan:
+        for workers in (1, 2):
+            tag = f"workers-open-r{rate:g}-w{workers}"
+            log(f"workers: open loop, {workers} worker(s), Poisson {rate:g} requests/s, N={n}, output 8")
+            with Emulator(work, tag, "firehose", 1.0) as emu:
+                point, wall, cpu = _bench(emu, work, tag, ["--request-rate", f"{rate:g}", "--workers", str(workers)],
+                                          n, 8, a.client_timeout, cores=client_cores)
+                ks = _arrival_ks(emu, rate, 2)
+            m = point["metrics"]
+            keep = ("send_lateness_p50_ms", "send_lateness_p99_ms", "send_lateness_max_ms", "offered_rate_req_s",
+                    "achieved_rate_req_s", "client_loop_lag_p99_ms", "completed", "failed", "client_cpu_fraction")
+            row = {"workload": "workers-open-loop", "config": f"{workers} worker{'s' if workers > 1 else ''}",
+                   "concurrency": None, "request_rate": rate, "workers": float(workers), "num_prompts": n,
+                   "output_len": 8, "output_throughput_tok_s": m["output_throughput_tok_s"],
+                   **{k: float(m[k]) for k in keep if k in m}, **ks, "client_cpu_s": cpu, "client_wall_s": wall}
+            rows.append(row)
+            log(f"  send lateness p50 {m.get('send_lateness_p50_ms', float('nan')):.3f} ms, p99 "
+                f"{m.get('send_lateness_p99_ms', float('nan')):.3f} ms; achieved {m.get('achieved_rate_req_s', 0):.1f}"
+                f" req/s; at the server {ks['server_arrival_rate_req_s']:.1f} req/s, KS p "
+                f"{ks['server_arrival_ks_p']:.3f}")
+    efficiency = dict(getattr(a, "efficiency", {})) or stored_efficiency(a.store, 1000)
+    rows += paper_capacity(measured, cap_plan[-1][0], efficiency)
+    rows += section_pacer(a, work)
+    return rows
+
+
+def section_pacer(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
+    """The pacer alone (benchmarks/perf/pacer.py, pinned like a client):
+    how late an idle event loop wakes at Poisson deadlines at 1,000 per
+    second: findings' ``until`` (a timerfd, D126), the spin it replaced,
+    and a plain ``asyncio.sleep``."""
+    n = 1000 if a.quick else 5000
+    log(f"workers: the pacer alone, {n} Poisson deadlines at 1000/s")
+    out = subprocess.run([*pin(1), str(PY), str(HERE / "pacer.py"), "--rate", "1000", "--n", str(n)], cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    rows = []
+    for name, label in (("until", "findings until (timerfd)"), ("spin", "sleep then spin"),
+                        ("asyncio_sleep", "asyncio.sleep")):
+        rows.append({"workload": "pacer", "config": label, "concurrency": 1, "output_throughput_tok_s": "n/a",
+                     "deadlines_per_s": 1000.0, "deadlines": float(n), "wake_lateness_p50_ms": d[name]["p50_ms"],
+                     "wake_lateness_p99_ms": d[name]["p99_ms"], "wake_lateness_max_ms": d[name]["max_ms"]})
+        log(f"  {label}: lateness p50 {d[name]['p50_ms']:.3f} ms, p99 {d[name]['p99_ms']:.3f} ms")
+    return rows
+
+
+def stored_efficiency(store: Path, c: int) -> dict[str, float]:
+    """Tokens per client CPU-second at C=``c`` from the latest run of the
+    efficiency section in the perf store's inputs (when this run did not
+    measure them), each client's figure with its campaign."""
+    out: dict[str, float] = {}
+    for path in sorted((store / "inputs").glob("perf-*.csv")):
+        with open(path, encoding="utf-8", newline="") as fh:
+            found = {r["config"]: float(r["tokens_per_client_cpu_s"]) for r in csv.DictReader(fh)
+                     if r.get("workload") == "efficiency" and r.get("concurrency") == str(c)
+                     and r.get("tokens_per_client_cpu_s")}
+        if found:
+            out = found
+    if out:
+        log(f"  on paper: tokens per client CPU-second at C={c} from the latest efficiency run in {store}")
+    return out
+
+
+def paper_capacity(measured: dict[tuple[int, int], dict[str, float]], c: int,
+                   efficiency: dict[str, float]) -> list[dict[str, Any]]:
+    """On paper: N workers on N cores of their own (the parent on one more)
+    stream N times what one worker streams per CPU-second (its efficiency
+    at C=1000, this run; else its CPU inside the point), the parent's
+    gauge reads being negligible. The parent merges after the window: its
+    CPU per token (measured with 2 workers: starting them, taking their
+    records, merging) is what grows with N, as the share of the window
+    that merging adds after it. AIPerf on the same N cores: N times its
+    tokens per CPU-second, as if its timing manager and record processors
+    scaled as well (optimistic for it)."""
+    one, two = measured.get((c, 1)), measured.get((c, 2))
+    if not one or not two or not one.get("worker_cpu_s") or not two.get("parent_cpu_s"):
+        return []
+    per_worker = efficiency.get(OURS) or one["completed"] * one["output_len"] / one["worker_cpu_s"]
+    merge_per_token = two["parent_cpu_s"] / (two["completed"] * two["output_len"])
+    rows: list[dict[str, Any]] = []
+    for n in (1, 2, 4, 8, 16, 32):
+        stream = n * per_worker
+        rows.append({"workload": "workers-paper", "config": OURS, "concurrency": n,
+                     "output_throughput_tok_s": stream, "tokens_per_worker_cpu_s": per_worker,
+                     "merge_cpu_s_per_million_tokens": merge_per_token * 1e6,
+                     "merge_share_of_window": stream * merge_per_token})
+        for other in (OURS_RAW, AIPERF):
+            if efficiency.get(other):
+                rows.append({"workload": "workers-paper", "config": other, "concurrency": n,
+                             "output_throughput_tok_s": n * efficiency[other]})
     return rows
 
 
@@ -482,6 +806,8 @@ def environment(a: argparse.Namespace) -> dict[str, Any]:
     if PEER in a.clients:
         env["peer"] = ("sglang 0.5.23 bench_serving (benchmarks/peer/setup.sh)" if "PEER_VENV" not in os.environ
                        else f"sglang bench_serving from PEER_VENV={PEER_VENV}")
+    if AIPERF in a.clients:
+        env["aiperf"] = "aiperf 0.13.0 (benchmarks/aiperf/setup.sh)"
     env["quick"] = bool(a.quick)
     return env
 
@@ -520,19 +846,25 @@ def main() -> int:
     ap.add_argument("--store", type=Path, default=ROOT / "benchmarks" / "perf" / "results")
     ap.add_argument("--settings", type=Path, default=HERE / "findings.toml")
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "perf")
-    ap.add_argument("--sections", default="clients,openloop,emulator,render")
-    ap.add_argument("--clients", default=f"{OURS},{PEER},{REF}")
+    ap.add_argument("--sections", default="clients,openloop,efficiency,workers,emulator,render")
+    ap.add_argument("--clients", default=f"{OURS},{OURS_RAW},{PEER},{REF},{AIPERF}")
     ap.add_argument("--quick", action="store_true", help="small sizes (for trying the harness; not published)")
     ap.add_argument("--client-timeout", type=float, default=300.0)
     ap.add_argument("--emulator-sweep", default="", metavar="SPEED:C,...",
                     help="the emulator section's (speed, C) points instead of the default sweep")
     ap.add_argument("--no-render", action="store_true", help="measure and ingest, do not render the document")
+    ap.add_argument("--efficiency-rounds", type=int, default=2,
+                    help="section efficiency: measure every client at every C this many times in turn, keep the best")
     a = ap.parse_args()
     a.clients = [c for c in a.clients.split(",") if c]
+    a.efficiency = {}
     if PEER in a.clients and not (PEER_VENV / "bin" / "python").exists():
         raise SystemExit(f"perf: no peer venv at {PEER_VENV}; run bash benchmarks/peer/setup.sh "
                          f"(or pass --clients {OURS},{REF})")
-    if PEER in a.clients and not (TOKENIZER / "tokenizer.json").is_file():
+    if AIPERF in a.clients and not (AIPERF_VENV / "bin" / "aiperf").exists():
+        raise SystemExit(f"perf: no AIPerf venv at {AIPERF_VENV}; run bash benchmarks/aiperf/setup.sh "
+                         f"(or pass --clients without {AIPERF})")
+    if (PEER in a.clients or AIPERF in a.clients) and not (TOKENIZER / "tokenizer.json").is_file():
         subprocess.run([str(PEER_PY), str(ROOT / "benchmarks" / "peer" / "make_tokenizer.py"), str(TOKENIZER)],
                        check=True)
     now = dt.datetime.now(dt.timezone.utc)
@@ -542,8 +874,8 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    sections = {"clients": section_clients, "openloop": section_openloop, "emulator": section_emulator,
-                "render": section_render}
+    sections = {"clients": section_clients, "openloop": section_openloop, "efficiency": section_efficiency,
+                "workers": section_workers, "emulator": section_emulator, "render": section_render}
     for name in a.sections.split(","):
         if name not in sections:
             raise SystemExit(f"perf: unknown section {name!r} (known: {', '.join(sections)})")

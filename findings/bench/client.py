@@ -111,23 +111,35 @@ async def _conversation(transport: StreamTransport, plan: PointPlan, prompt: Pro
     return out
 
 
-async def _closed_loop(transport: StreamTransport, plan: PointPlan, prompts: tuple[Prompt, ...], tag: str,
-                       on_done: Callable[[RequestRecord], None] | None) -> list[RequestRecord]:
-    """C workers; each takes the next prompt (conversation) and runs it to
-    its end: C conversations in flight, as AIPerf's multi-turn sessions."""
+#: How a closed loop's slot takes its next conversation: None when none is
+#: left. In one process, from a list; across worker processes, from a counter
+#: they share (findings/bench/workers), so that the C slots of every worker
+#: drain one queue and C requests stay in flight until it is empty.
+Take = Callable[[], Prompt | None]
+
+
+def list_taker(prompts: tuple[Prompt, ...]) -> Take:
     queue = list(reversed(prompts))
+    return lambda: queue.pop() if queue else None
+
+
+async def _closed_loop(transport: StreamTransport, plan: PointPlan, prompts: tuple[Prompt, ...], tag: str,
+                       on_done: Callable[[RequestRecord], None] | None, take: Take | None = None
+                       ) -> list[RequestRecord]:
+    """C slots; each takes the next prompt (conversation) and runs it to
+    its end: C conversations in flight, as AIPerf's multi-turn sessions."""
+    next_prompt = take if take is not None else list_taker(prompts)
     done: list[RequestRecord] = []
 
-    async def worker() -> None:
-        while queue:
-            prompt = queue.pop()
+    async def slot() -> None:
+        while (prompt := next_prompt()) is not None:
             rid = f"{plan.rid_prefix}-{tag}{prompt.index}"
             for rec in await _conversation(transport, plan, prompt, rid):
                 done.append(rec)
                 if on_done is not None:
                     on_done(rec)
 
-    await asyncio.gather(*(worker() for _ in range(min(plan.concurrency, len(prompts)))))
+    await asyncio.gather(*(slot() for _ in range(min(plan.concurrency, len(prompts)))))
     return done
 
 
@@ -167,7 +179,7 @@ Scrape = Callable[[], Awaitable[dict[str, float] | None]]
 Sample = Callable[[], Awaitable[float | None]]
 
 
-async def _sampler(sample: Sample, every_s: float, samples: list[float], stop: asyncio.Event,
+async def gauge_sampler(sample: Sample, every_s: float, samples: list[float], stop: asyncio.Event,
                    times: list[float]) -> None:
     """Read the gauge half an interval in (not at the start, when the point's
     requests are not yet in), then every ``every_s`` seconds until ``stop``."""
@@ -188,6 +200,14 @@ async def _sampler(sample: Sample, every_s: float, samples: list[float], stop: a
             pass
 
 
+async def prepare(transport: StreamTransport, plan: PointPlan) -> None:
+    """Before a point's window: its warm-up requests (not recorded), then its
+    connections opened."""
+    if plan.warmup:
+        await _closed_loop(transport, plan, plan.warmup, "w", None)
+    await transport.prewarm(plan.concurrency if plan.offsets is None else min(plan.concurrency, PREWARM_OPEN))
+
+
 async def run_point(transport: StreamTransport, plan: PointPlan,
                     on_done: Callable[[RequestRecord], None] | None = None,
                     scrape: Scrape | None = None, sample: Sample | None = None,
@@ -197,17 +217,30 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
     every ``sample_every_s`` during the point (only when the first scrape
     found counters). Each read costs the server a /metrics render: on a
     CPU-bound server that is time taken from the point (docs/decisions.md D84)."""
-    if plan.warmup:
-        await _closed_loop(transport, plan, plan.warmup, "w", None)
-    await transport.prewarm(plan.concurrency if plan.offsets is None else min(plan.concurrency, PREWARM_OPEN))
+    await prepare(transport, plan)
+    return await measure(transport, plan, on_done, scrape, sample, sample_every_s)
+
+
+async def measure(transport: StreamTransport, plan: PointPlan,
+                  on_done: Callable[[RequestRecord], None] | None = None,
+                  scrape: Scrape | None = None, sample: Sample | None = None,
+                  sample_every_s: float = 1.0, start: float | None = None, take: Take | None = None,
+                  prompts: tuple[Prompt, ...] | None = None) -> PointOutcome:
+    """A point's window, once ``prepare`` has run: ``run_point`` without the
+    warm-up. ``start``: the perf_counter time the window opens (a worker
+    process waits for the time its parent gave every worker; an open loop's
+    offsets count from it); ``take``: a closed loop's shared queue (of
+    ``prompts``, default the plan's)."""
     before = await scrape() if scrape is not None else None
-    window_start = time.perf_counter()
+    if start is not None:
+        await until(start)
+    window_start = time.perf_counter() if start is None else start
     samples: list[float] = []
     stop = asyncio.Event()
     monitor = asyncio.create_task(_lag_monitor(samples, stop))
     running: list[float] = []
     running_at: list[float] = []
-    sampler = (asyncio.create_task(_sampler(sample, sample_every_s, running, stop, running_at))
+    sampler = (asyncio.create_task(gauge_sampler(sample, sample_every_s, running, stop, running_at))
                if sample is not None and before is not None else None)
     cpu0 = time.process_time()
     # No cyclic garbage collection inside the window: a full collection over
@@ -218,7 +251,8 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
     gc.disable()
     try:
         if plan.offsets is None:
-            records = await _closed_loop(transport, plan, plan.prompts, "", on_done)
+            records = await _closed_loop(transport, plan, prompts if prompts is not None else plan.prompts, "",
+                                         on_done, take)
         else:
             records = await _open_loop(transport, plan, window_start, on_done)
         # Before the monitor's last sleep (up to LAG_INTERVAL_S) ends.
@@ -242,4 +276,4 @@ async def run_point(transport: StreamTransport, plan: PointPlan,
                         running_samples=tuple(running), running_times=tuple(running_at),
                         running_interval_s=sample_every_s if sampler is not None else None,
                         schedule_start=window_start if plan.offsets is not None else None,
-                        phase_ends=plan.phase_ends, slo=plan.slo)
+                        phase_ends=plan.phase_ends, slo=plan.slo, window=(window_start, window_end))

@@ -90,6 +90,9 @@ class Sweep:
     #: Seconds between reads of the server's running-batch gauge during a
     #: point; 0: never. Each read is a /metrics render on the server (D84).
     running_sample_s: float = 1.0
+    #: Worker processes per point (findings/bench/workers); None: chosen from
+    #: the cores and the load (the number used is recorded with each point).
+    workers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ class Matrix:
 
 
 SWEEP_KEYS = {"api", "transport", "concurrency", "repeats", "warmup", "health_timeout_s", "read_timeout_s",
-              "flush_cache", "running_sample_s"}
+              "flush_cache", "running_sample_s", "workers"}
 
 
 def _sweep(path: str, where: str, table: Mapping[str, Any], base: Sweep) -> Sweep:
@@ -133,6 +136,9 @@ def _sweep(path: str, where: str, table: Mapping[str, Any], base: Sweep) -> Swee
             raise InputError(path, None, f"{where}.{key}", "expected a number > 0")
         if key == "running_sample_s" and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0):
             raise InputError(path, None, f"{where}.{key}", "expected a number >= 0 (0: no sampling)")
+        if key == "workers" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise InputError(path, None, f"{where}.workers", "expected an integer >= 1 (leave it out: chosen "
+                             "from the cores and the load)")
         if key == "flush_cache" and not isinstance(v, bool):
             raise InputError(path, None, f"{where}.{key}", "expected true or false")
         values[key] = float(v) if key.endswith("_s") else v
@@ -432,7 +438,7 @@ def attach_matrix_toml(url: str, config: str, campaign: str, workload: Workload,
     if workload.source_table is None:
         return None
     lines = ["# findings bench --url, as a matrix (docs/matrix.md)", "[defaults]"]
-    lines += [f"{key} = {_toml(getattr(sweep, key))}" for key in sorted(SWEEP_KEYS)]
+    lines += [f"{key} = {_toml(getattr(sweep, key))}" for key in sorted(SWEEP_KEYS) if getattr(sweep, key) is not None]
     lines += ["", f"[workloads.{workload.name}]"]
     lines += [f"{key} = {_toml(v)}" for key, v in workload.source_table.items()]
     lines += ["", f"[configs.{config}]", f"url = {_toml(url)}", "", "[[campaigns]]", f"name = {_toml(campaign)}",

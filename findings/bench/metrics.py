@@ -104,6 +104,7 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
     m.update(per_category(recs))
     if outcome.cpu_s is not None:
         m["client_cpu_fraction"] = outcome.cpu_s / duration
+        m["client_cpu_s"] = outcome.cpu_s
     run = outcome.running_samples
     if run:
         # The server's running batch during the point (its gauge, sampled every
@@ -121,6 +122,9 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
         m["client_loop_lag_p50_ms"] = percentile(lag, 50)
         m["client_loop_lag_p99_ms"] = percentile(lag, 99)
         m["client_loop_lag_max_ms"] = max(lag)
+    m["client_workers"] = float(len(outcome.workers) or 1)
+    if outcome.workers:
+        m.update(worker_metrics(outcome))
     reconnects = sum(r.reconnects for r in recs)
     if reconnects:
         m["reconnects"] = float(reconnects)
@@ -155,6 +159,42 @@ def derive(outcome: PointOutcome) -> dict[str, float]:
         # Every request failed: a throughput of 0 and no latencies would
         # measure nothing; the point keeps its counts and its error types.
         return only_counts(m)
+    return m
+
+
+def worker_key(i: int, name: str) -> str:
+    """A worker process's own figure: ``client_worker{i}_{name}`` (i from 1)."""
+    return f"client_worker{i + 1}_{name}"
+
+
+def worker_metrics(outcome: PointOutcome) -> dict[str, float]:
+    """A point of several worker processes: each worker's CPU share, event
+    loop lag and (open loop) send lateness, and the point's client figures
+    as the worst worker's, so that a point is client-bound if any worker is
+    (findings/derive/validity.py reads ``client_cpu_fraction`` and
+    ``client_loop_lag_p99_ms``). Latencies and lateness of the point itself
+    come from the merged raw records, never from per-worker summaries."""
+    m: dict[str, float] = {}
+    lag: dict[str, list[float]] = {"p50": [], "p99": [], "max": []}
+    for w in outcome.workers:
+        m[worker_key(w.index, "concurrency")] = float(w.concurrency)
+        m[worker_key(w.index, "requests")] = float(w.requests)
+        m[worker_key(w.index, "cpu_s")] = w.cpu_s
+        m[worker_key(w.index, "cpu_fraction")] = w.cpu_fraction
+        if w.lag_samples_ms:
+            for q, v in (("p50", percentile(w.lag_samples_ms, 50)), ("p99", percentile(w.lag_samples_ms, 99)),
+                         ("max", max(w.lag_samples_ms))):
+                m[worker_key(w.index, f"loop_lag_{q}_ms")] = v
+                lag[q].append(v)
+        late = [_lateness(r) for r in outcome.records
+                if r.worker == w.index and r.scheduled is not None and r.sent]
+        if late:
+            m[worker_key(w.index, "send_lateness_p99_ms")] = percentile(late, 99) * 1000
+    m["client_cpu_fraction"] = max(w.cpu_fraction for w in outcome.workers)
+    m["client_cpu_s"] = sum(w.cpu_s for w in outcome.workers)
+    for q, values in lag.items():
+        if values:
+            m[f"client_loop_lag_{q}_ms"] = max(values)
     return m
 
 
@@ -505,6 +545,8 @@ def raw_columns(outcome: PointOutcome) -> dict[str, Any]:
         optional["due_s"] = [rel(r.scheduled) for r in recs]
         optional["send_lateness_s"] = [_r(_lateness(r)) if r.scheduled is not None and r.sent else None
                                        for r in recs]
+    if outcome.workers:
+        optional["worker"] = [r.worker + 1 for r in recs]  # which worker process sent it (from 1)
     if any(r.category is not None for r in recs):
         optional["category"] = [r.category for r in recs]
     if any(r.turn != 1 for r in recs):

@@ -40,6 +40,14 @@ class Progress:
                 self.bar.set_postfix_str(f"{self.failed} failed", refresh=False)
             self.bar.update(1)
 
+    def advance(self, finished: int, failed: int) -> None:
+        """``finished`` more requests, ``failed`` of them failed (worker processes' counts)."""
+        self.failed += failed
+        if self.bar is not None:
+            if failed:
+                self.bar.set_postfix_str(f"{self.failed} failed", refresh=False)
+            self.bar.update(finished)
+
     def end(self, line: str) -> None:
         if self.bar is not None:
             self.bar.close()

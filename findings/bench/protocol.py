@@ -105,6 +105,8 @@ class Parser:
         self.done = False
         self._chunks: list[tuple[float, int]] = []  # OpenAI content chunks without usage: (t, chars)
         self._usage_seen = False
+        #: Only each event's ``meta_info`` is read (the transport may parse only it).
+        self.meta_only = api == "native" and not keep_text
 
     def error(self, kind: str, message: str) -> None:
         if not self.rec.error:
@@ -140,17 +142,19 @@ class Parser:
             self.error("sse", "event without meta_info")
             return
         ct = meta.get("completion_tokens")
+        truth = "emulator_event_ts" in meta or "emulator_arrival_ts" in meta
         if isinstance(ct, int):
             before = len(self.rec.events)
             self._tokens(now, ct)
-            ts = meta.get("emulator_event_ts")
+            ts = meta.get("emulator_event_ts") if truth else None
             if len(self.rec.events) > before and isinstance(ts, (int, float)):
                 self.rec.server_event_walls.append(float(ts))
         if self.rec.prompt_tokens is None and isinstance(meta.get("prompt_tokens"), int):
             self.rec.prompt_tokens = meta["prompt_tokens"]
         if self.rec.reply is not None and isinstance(obj.get("text"), str):
             self.rec.reply[:] = [obj["text"]]  # SGLang's native stream sends the text so far
-        self._ground_truth(meta)
+        if truth:
+            self._ground_truth(meta)
         fin = meta.get("finish_reason")
         if fin is not None:
             self.rec.finish_reason = fin.get("type") if isinstance(fin, dict) else str(fin)

@@ -60,6 +60,8 @@ class RequestRecord:
     #: write is ``sent``); None in a closed loop.
     scheduled: float | None = None
     admitted: float | None = None
+    #: Which worker process sent it (findings/bench/workers; 0 in one process).
+    worker: int = 0
 
     @property
     def ok(self) -> bool:
@@ -97,3 +99,26 @@ class PointOutcome:
     #: workload's SLO (TTFT ms, TPOT ms; None: none), for the point's metrics.
     phase_ends: tuple[float, ...] = ()
     slo: tuple[float | None, float | None] | None = None
+    #: perf_counter times bounding the measuring window (after the warm-up).
+    window: tuple[float, float] | None = None
+    #: A point measured by several worker processes: each one's figures
+    #: (empty: measured in this process, whose are ``cpu_s`` and ``lag_samples_ms``).
+    workers: tuple[WorkerStats, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """One worker process's side of a point: its share of the load, the CPU
+    it used and its event loop's lag over its window."""
+
+    index: int
+    pid: int
+    concurrency: int  # its slots (closed loop) or its share of the cap (open loop)
+    requests: int  # records it returned
+    cpu_s: float
+    window_s: float
+    lag_samples_ms: tuple[float, ...]
+
+    @property
+    def cpu_fraction(self) -> float:
+        return self.cpu_s / self.window_s if self.window_s > 0 else 0.0

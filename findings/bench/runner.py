@@ -28,9 +28,11 @@ from findings.core import diskio, serverinfo
 from findings.derive import sequential
 from findings.bench import host, launch, vocab
 from findings.bench.client import PointPlan, planned_requests, run_point
+from findings.bench import workers as worker_procs
 from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
 from findings.bench.metrics import derive, raw_columns
 from findings.bench.progress import Progress
+from findings.bench.prometheus import parse_prometheus, running_gauge, running_gauge_text  # noqa: F401 (re-exported)
 from findings.bench import resume
 from findings.bench.resume import load_axis
 from findings.bench.records import PointOutcome
@@ -156,73 +158,6 @@ def stop_signals() -> Iterator[None]:
     finally:
         for s, h in before.items():
             signal.signal(s, h)
-
-
-#: Labels kept apart (``name{label=value}``) rather than summed.
-KEPT_LABELS = ("position",)
-
-
-def parse_prometheus(text: str | None) -> dict[str, float] | None:
-    """Sum each metric's samples over labels (counters and gauges alike);
-    a sample with a label of KEPT_LABELS (vLLM's per-position acceptance) is
-    also kept under ``name{label=value}``."""
-    if text is None:
-        return None
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name_part, _, value = line.rpartition(" ")
-        name, _, labels = name_part.partition("{")
-        name = name.strip()
-        try:
-            v = float(value)
-        except ValueError:
-            continue
-        out[name] = out.get(name, 0.0) + v
-        for label in KEPT_LABELS:
-            marker = f'{label}="'
-            if marker in labels:
-                kept = labels.split(marker, 1)[1].split('"', 1)[0]
-                key = f"{name}{{{label}={kept}}}"
-                out[key] = out.get(key, 0.0) + v
-    return out
-
-
-#: Each engine's gauge of the requests in its running batch.
-RUNNING_GAUGES = ("sglang:num_running_reqs", "vllm:num_requests_running", "llamacpp:requests_processing")
-
-
-def running_gauge(metrics: dict[str, float] | None) -> float | None:
-    """The server's running batch size, from whichever engine's gauge it has."""
-    if not metrics:
-        return None
-    return next((metrics[g] for g in RUNNING_GAUGES if g in metrics), None)
-
-
-def running_gauge_text(text: str | None) -> float | None:
-    """``running_gauge(parse_prometheus(text))`` without parsing every line:
-    the gauge's own lines found with ``str.find`` (summed over labels), so a
-    read during a point holds the event loop for microseconds, not for the
-    parse of a large /metrics page (an open loop's sends wait on the loop)."""
-    if not text:
-        return None
-    for g in RUNNING_GAUGES:
-        total: float | None = None
-        i = text.find(g)
-        while i != -1:
-            after = i + len(g)
-            if (i == 0 or text[i - 1] == "\n") and after < len(text) and text[after] in " {":
-                end = text.find("\n", after)
-                line = text[i:] if end == -1 else text[i:end]
-                try:
-                    total = (total or 0.0) + float(line.rpartition(" ")[2])
-                except ValueError:
-                    pass
-            i = text.find(g, after)
-        if total is not None:
-            return total
-    return None
 
 
 def git_commit(root: Path | None) -> str | None:
@@ -396,6 +331,9 @@ def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workl
     provenance: dict[str, Scalar] = {
         "url": target.url, "repeat": repeat, "started_at": started_wall, "ended_at": _now_iso(),
         "flush_cache": sweep.flush_cache, "running_sample_s": sweep.running_sample_s, "tool_version": __version__,
+        # Worker processes: those asked for ("auto": chosen from the cores and the load); metrics
+        # client_workers holds the number used.
+        "workers": sweep.workers if sweep.workers is not None else "auto",
     }
     if target.server is not None:
         provenance["server_log"] = str(target.server.log)
@@ -511,9 +449,26 @@ class _Driver:
         started_wall = _now_iso()
         self.progress.start(label, planned_requests(prompts))
         every = sweep.running_sample_s
-        outcome = await run_point(self.transport, plan, self.progress.tick, self.scrape,
-                                  self.sample if every > 0 else None, every)
+        n = worker_procs.resolve_workers(sweep.workers, c, rate if load is not None else None,
+                                         worker_procs.cpus()) if load is None or load.mode == "rate" \
+            else max(1, min(sweep.workers or 1, c))
+        parent_cpu: float | None = None
+        if n == 1:
+            outcome = await run_point(self.transport, plan, self.progress.tick, self.scrape,
+                                      self.sample if every > 0 else None, every)
+        else:
+            try:
+                outcome, parent_cpu = await worker_procs.run_point_workers(
+                    n, plan, target.url, sweep.transport, sweep.read_timeout_s, self.opts.api_key,
+                    self.progress.advance, self.scrape, self.sample if every > 0 else None, every)
+            except worker_procs.WorkerDied as exc:
+                self.progress.end(f"{label}: failed: {exc}")
+                self.report.problems.append(f"{target.spec.name} {w.name} {_load_label(w, c, rate)} rep "
+                                            f"{repeat}: {exc}; the sweep of this config stops here")
+                raise _Gone from None
         metrics = derive(outcome)  # once: the summary line, the stored point and the caller's decisions
+        if parent_cpu is not None:
+            metrics["client_parent_cpu_s"] = parent_cpu
         self.progress.end(_point_line(label, outcome, metrics))
         run = _point_run(self.opts, target, campaign, w, sweep, c, repeat, outcome, started_wall, self.environment,
                          metrics, conversations=len(prompts), rate=rate)

@@ -6,6 +6,9 @@
   docs/decisions.md (D17).
 - ``HttpxTransport``: the same interface on httpx.AsyncClient, with limits
   raised above the concurrency; selectable with ``--transport httpx``.
+- ``RawTransport``: HTTP/1.1 written and parsed here on asyncio's protocols,
+  each response's SSE lines handled inside ``data_received`` (no stream
+  reader, no task woken per HTTP chunk); ``--transport raw`` (D125).
 - ``Control``: httpx for the control plane (/server_info, /model_info,
   /health, /metrics, /flush_cache), synchronous: it is never on a hot path.
 
@@ -18,8 +21,15 @@ with the loop that reads the streams (docs/decisions.md D84).
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import heapq
+import os
+import ssl
+import sys
 import time
-from typing import Any, Protocol
+import weakref
+from typing import Any, Callable, Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
@@ -28,7 +38,7 @@ from findings.core import jsonfast
 from findings.bench.protocol import Parser, Request
 from findings.bench.records import RequestRecord
 
-TRANSPORTS = ("aiohttp", "httpx")
+TRANSPORTS = ("aiohttp", "httpx", "raw")
 #: A cheap GET that every SGLang, vLLM and llama.cpp server answers (unlike
 #: SGLang's /health, which runs a one-token generate).
 PREWARM_PATH = "/v1/models"
@@ -60,16 +70,99 @@ class StreamTransport(Protocol):
         ...
 
 
-#: Waits for a due time sleep until this long before it, then yield to the
-#: event loop until it has come: the selector's timeout is rounded up to whole
-#: milliseconds, so a plain sleep would be up to 1 ms late.
+#: Where no timerfd is to be had, waits for a due time sleep until this long
+#: before it, then yield to the event loop until it has come: the selector's
+#: timeout is rounded up to whole milliseconds, so a plain sleep would be up
+#: to 1 ms late.
 SPIN_S = 0.0015
+
+_CLOCK_MONOTONIC = 1  # time.perf_counter's clock on Linux
+_TFD_NONBLOCK, _TFD_CLOEXEC, _TFD_TIMER_ABSTIME = 0o4000, 0o2000000, 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+
+class _TimerFd:
+    """Sub-millisecond waits on one event loop: a Linux timerfd armed at the
+    earliest pending due time (CLOCK_MONOTONIC, absolute: perf_counter's
+    clock) and watched by the loop's selector, which wakes the moment the
+    kernel's high-resolution timer fires, where its own timeout is whole
+    milliseconds (D126). No spinning: the process sleeps until then."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._settime = libc.timerfd_settime
+        fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "timerfd_create")
+        self.fd = int(fd)
+        self.loop = loop
+        self.heap: list[tuple[float, int, asyncio.Future[None]]] = []
+        self.seq = 0
+        self.armed: float | None = None
+        loop.add_reader(self.fd, self._fire)
+        weakref.finalize(loop, os.close, self.fd)
+
+    def wait(self, when: float) -> asyncio.Future[None]:
+        fut = self.loop.create_future()
+        self.seq += 1
+        heapq.heappush(self.heap, (when, self.seq, fut))
+        if self.armed is None or when < self.armed:
+            self._arm(when)
+        return fut
+
+    def _arm(self, when: float) -> None:
+        sec = int(when)
+        spec = _Itimerspec(_Timespec(0, 0), _Timespec(sec, max(1, int((when - sec) * 1e9))))
+        self._settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+        self.armed = when
+
+    def _fire(self) -> None:
+        try:
+            os.read(self.fd, 8)
+        except (BlockingIOError, InterruptedError):
+            pass
+        now = time.perf_counter()
+        heap = self.heap
+        while heap and heap[0][0] <= now:
+            fut = heapq.heappop(heap)[2]
+            if not fut.done():
+                fut.set_result(None)
+        self.armed = None
+        if heap:
+            self._arm(heap[0][0])
+
+
+_timerfds: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _TimerFd | None] = weakref.WeakKeyDictionary()
+
+
+def _timerfd() -> _TimerFd | None:
+    loop = asyncio.get_running_loop()
+    if loop not in _timerfds:
+        try:
+            _timerfds[loop] = _TimerFd(loop) if sys.platform.startswith("linux") else None
+        except (OSError, AttributeError, NotImplementedError):
+            _timerfds[loop] = None
+    return _timerfds[loop]
 
 
 async def until(when: float) -> None:
-    """Return at perf_counter ``when`` (at once if it has passed)."""
+    """Return at perf_counter ``when`` (at once if it has passed): a timerfd
+    wait where the platform has one, else sleep and spin the last SPIN_S."""
     clock = time.perf_counter
     left = when - clock()
+    if left <= 0:
+        return
+    timer = _timerfd()
+    if timer is not None:
+        await timer.wait(when)
+        return
     if left > SPIN_S:
         await asyncio.sleep(left - SPIN_S)
     while clock() < when:
@@ -108,8 +201,43 @@ def _status_kind(status: int) -> str:
     return "http_4xx" if 400 <= status < 500 else "http_5xx"
 
 
+#: SGLang's native stream repeats the whole text and output ids so far in
+#: every event, and ends each with its ``meta_info``: where that is all the
+#: parser reads, only that object is parsed (see ``_decode``).
+META_KEY = b'"meta_info":'
+ERROR_KEY = b'"error"'
+
+
+def _decode(payload: bytes, parser: Parser) -> Any:
+    """One event's JSON. Where the parser reads only ``meta_info`` (the
+    native API, no reply text kept for a later turn) and the event ends with
+    it, only that object is parsed: a native event at token n carries n
+    tokens of text and ids, and parsing them all made each event cost more
+    than the rest of its handling. ``"meta_info":`` and ``"error"`` cannot
+    occur unescaped inside a JSON string, so a match is a key; an event with
+    an ``"error"`` anywhere, or whose last key is not ``meta_info``, is parsed whole."""
+    if parser.meta_only:
+        i = payload.rfind(META_KEY)
+        if i > 0 and payload.endswith(b"}") and payload.find(ERROR_KEY, 0, i) == -1:
+            try:
+                meta = jsonfast.loads(payload[i + len(META_KEY):-1])
+            except jsonfast.JSONDecodeError:
+                meta = None
+            if isinstance(meta, dict):
+                return {"meta_info": meta}
+    return jsonfast.loads(payload)
+
+
 def _data(line: bytes, parser: Parser, now: float) -> bool:
     """Handle one SSE line; True at [DONE]."""
+    if line[:7] == b"data: {" and line[-1:] == b"}":  # the usual event: straight to its JSON
+        try:
+            obj = _decode(line[6:], parser)
+        except jsonfast.JSONDecodeError:
+            parser.error("sse", f"malformed SSE data: {line[6:86]!r}")
+            return True
+        parser.feed(obj, now)
+        return bool(parser.rec.error)
     line = line.strip()
     if not line or line.startswith(b":"):
         return False
@@ -122,7 +250,7 @@ def _data(line: bytes, parser: Parser, now: float) -> bool:
     if payload == b"[DONE]":
         return True
     try:
-        obj = jsonfast.loads(payload)
+        obj = _decode(payload, parser)
     except jsonfast.JSONDecodeError:
         parser.error("sse", f"malformed SSE data: {payload[:80]!r}")
         return True
@@ -258,9 +386,11 @@ class AiohttpTransport:
                 done = False
                 async for chunk in resp.content.iter_any():
                     now = clock()
-                    buf += chunk
-                    *lines, buf = buf.split(b"\n")
+                    lines = (buf + chunk if buf else chunk).split(b"\n")
+                    buf = lines.pop()
                     for line in lines:
+                        if not line or line == b"\r":  # the blank line after each event
+                            continue
                         if _data(line, parser, now):
                             parser.finish(now)
                             done = True
@@ -365,12 +495,389 @@ class HttpxTransport:
             rec.end = clock()
 
 
+# --------------------------------------------------------------------------- raw: HTTP/1.1 on asyncio's protocols
+
+_HEAD, _SIZE, _DATA, _DATA_END, _TRAILER, _UNTIL_CLOSE, _COMPLETE = range(7)
+
+
+class _Exchange:
+    """One request's response on a connection, parsed as its bytes arrive, in
+    ``data_received``: status line and headers, then a chunked, sized or
+    until-close body. A stream's body goes line by line to ``on_line`` (the
+    SSE handler) in the same call: no task wakes up per event, no buffer
+    object per HTTP chunk. ``done`` resolves when the body is complete or
+    the connection failed."""
+
+    __slots__ = ("on_line", "status", "state", "left", "keep_alive", "chunked", "body", "line_buf", "buf",
+                 "done", "error", "got_bytes", "last_data", "clock", "stop_lines")
+
+    def __init__(self, on_line: Callable[[bytes, float], bool] | None, clock: Callable[[], float]) -> None:
+        self.on_line = on_line
+        self.clock = clock
+        self.status = 0
+        self.chunked = False
+        self.state = _HEAD
+        self.left = 0
+        self.keep_alive = True
+        self.body: list[bytes] = []
+        self.line_buf = b""
+        self.buf = b""
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.error: str | None = None
+        self.got_bytes = False
+        self.last_data = clock()
+        self.stop_lines = False  # [DONE] or a fault seen: the rest of the body is read, not parsed
+
+    def _finish(self, error: str | None = None) -> None:
+        if not self.done.done():
+            self.error = error
+            self.done.set_result(None)
+
+    def _content(self, piece: bytes, now: float) -> None:
+        if self.status != 200 or self.on_line is None:
+            self.body.append(piece)
+            return
+        if self.stop_lines:
+            return
+        if not self.line_buf and piece[-2:] == b"\n\n" and piece.find(b"\n") == len(piece) - 2:
+            # One whole event in one piece (how servers write them): no split.
+            if self.on_line(piece[:-2], now):
+                self.stop_lines = True
+            return
+        lines = (self.line_buf + piece if self.line_buf else piece).split(b"\n")
+        self.line_buf = lines.pop()
+        on_line = self.on_line
+        for line in lines:
+            if not line or line == b"\r":  # the blank line after each event
+                continue
+            if on_line(line, now):
+                self.stop_lines = True
+                return
+
+    def feed(self, data: bytes) -> None:
+        now = self.clock()
+        self.last_data = now
+        self.got_bytes = True
+        buf = self.buf + data if self.buf else data
+        pos = 0
+        end = len(buf)
+        while pos < end:
+            state = self.state
+            if state == _DATA:
+                take = min(self.left, end - pos)
+                self._content(buf[pos:pos + take], now)
+                pos += take
+                self.left -= take
+                if self.left == 0:
+                    self.state = _DATA_END if self.chunked else _COMPLETE
+            elif state == _SIZE:
+                j = buf.find(b"\r\n", pos)
+                if j < 0:
+                    break
+                try:
+                    size = int(buf[pos:j].split(b";", 1)[0], 16)
+                except ValueError:
+                    self._finish(f"malformed chunk size {buf[pos:j][:40]!r}")
+                    return
+                pos = j + 2
+                if size and pos + size + 2 <= end and buf[pos + size:pos + size + 2] == b"\r\n":
+                    # The whole chunk is here (one SSE event, as servers write them): at once.
+                    self._content(buf[pos:pos + size], now)
+                    pos += size + 2
+                    continue
+                self.left = size
+                self.state = _DATA if size else _TRAILER
+            elif state == _DATA_END:
+                if end - pos < 2:
+                    break
+                pos += 2  # the CRLF after a chunk's data
+                self.state = _SIZE
+            elif state == _TRAILER:
+                j = buf.find(b"\r\n", pos)
+                if j < 0:
+                    break
+                self.state = _COMPLETE if j == pos else _TRAILER  # an empty line ends the trailers
+                pos = j + 2
+            elif state == _UNTIL_CLOSE:
+                self._content(buf[pos:], now)
+                pos = end
+            elif state == _HEAD:
+                j = buf.find(b"\r\n\r\n", pos)
+                if j < 0:
+                    break
+                if not self._head(buf[pos:j]):
+                    return
+                pos = j + 4
+            else:  # _COMPLETE: bytes past the response's end
+                self.keep_alive = False
+                break
+            if self.state == _COMPLETE:
+                self._flush(now)
+                self._finish()
+                if pos < end:
+                    self.keep_alive = False  # more than one response's bytes: do not reuse
+                self.buf = b""
+                return
+        self.buf = buf[pos:] if pos < end else b""
+
+    def _flush(self, now: float) -> None:
+        if self.line_buf and not self.stop_lines and self.on_line is not None and self.status == 200:
+            line, self.line_buf = self.line_buf, b""
+            if line.strip() and self.on_line(line, now):
+                self.stop_lines = True
+
+    def _head(self, head: bytes) -> bool:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        try:
+            self.status = int(parts[1])
+        except (IndexError, ValueError):
+            self._finish(f"malformed status line {lines[0][:80]!r}")
+            return False
+        headers: dict[bytes, bytes] = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        conn = headers.get(b"connection", b"").lower()
+        self.keep_alive = parts[0] == b"HTTP/1.1" and conn != b"close" or conn == b"keep-alive"
+        self.chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
+        if self.chunked:
+            self.state = _SIZE
+        elif b"content-length" in headers:
+            try:
+                self.left = int(headers[b"content-length"])
+            except ValueError:
+                self._finish("malformed Content-Length")
+                return False
+            self.state = _DATA if self.left else _COMPLETE
+        elif self.status in (204, 304) or 100 <= self.status < 200:
+            self.state = _COMPLETE
+        else:
+            self.state = _UNTIL_CLOSE
+            self.keep_alive = False
+        return True
+
+    def lost(self, exc: BaseException | None) -> None:
+        if self.state == _UNTIL_CLOSE:
+            self._flush(self.clock())
+            self._finish()
+        else:
+            self._finish(f"connection lost mid-request{': ' + str(exc) if exc else ''}")
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive HTTP/1.1 connection; its current exchange parses what arrives."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.exchange: _Exchange | None = None
+        self.closed = False
+        self.idle_since = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        ex = self.exchange
+        if ex is None:  # nothing asked: the server is closing it, or out of step
+            self.close()
+            return
+        ex.feed(data)
+
+    def eof_received(self) -> bool | None:
+        self.closed = True
+        return None  # close the transport: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.exchange is not None:
+            self.exchange.lost(exc)
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class RawTransport:
+    """HTTP/1.1 on asyncio's protocols (``--transport raw``): a pool of
+    kept-alive connections, each response parsed in ``data_received`` and
+    its SSE lines handled in the same call, where aiohttp hands every HTTP
+    chunk through a stream reader to a task woken per chunk. The request is
+    written in one ``write`` at its due time. Faults are classified as the
+    aiohttp transport classifies them (connect, reset, timeout, http_*, sse);
+    a kept-alive connection that the server had closed is retried once on a
+    fresh one, counted in ``reconnects``, and from then on every request
+    gets a fresh connection (``no_reuse``, as for llama.cpp's server)."""
+
+    def __init__(self, base_url: str, read_timeout_s: float = 60.0, api_key: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        u = urlsplit(self.base_url)
+        self.host = u.hostname or "127.0.0.1"
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.ssl: ssl.SSLContext | None = ssl.create_default_context() if u.scheme == "https" else None
+        self.prefix = u.path.rstrip("/")
+        host = self.host if u.port is None else f"{self.host}:{u.port}"
+        self.read_timeout_s = read_timeout_s
+        self.fixed = "".join(f"{k}: {v}\r\n" for k, v in {"Host": host, **_headers(api_key)}.items()).encode()
+        self.idle: list[_Connection] = []
+        self.open: set[_Connection] = set()
+        self.no_reuse = False
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        for conn in list(self.open):
+            conn.close()
+        self.open.clear()
+        self.idle.clear()
+        await asyncio.sleep(0)
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl), 30.0)
+        self.open.add(conn)
+        return conn
+
+    async def _acquire(self) -> tuple[_Connection, bool]:
+        now = time.monotonic()
+        while self.idle and not self.no_reuse:
+            conn = self.idle.pop()
+            if not conn.closed and now - conn.idle_since < KEEPALIVE_S:
+                return conn, True
+            conn.close()
+            self.open.discard(conn)
+        return await self._connect(), False
+
+    def _release(self, conn: _Connection, ex: _Exchange) -> None:
+        conn.exchange = None
+        if ex.error is None and ex.state == _COMPLETE and ex.keep_alive and not conn.closed and not self.no_reuse:
+            conn.idle_since = time.monotonic()
+            self.idle.append(conn)
+        else:
+            conn.close()
+            self.open.discard(conn)
+
+    def _request(self, method: str, path: str, body: bytes | None) -> bytes:
+        head = f"{method} {self.prefix}{path} HTTP/1.1\r\n".encode() + self.fixed
+        if body is None:
+            return head + b"\r\n"
+        return head + f"Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+    async def _wait(self, ex: _Exchange, timeout_s: float) -> bool:
+        """Wait for the exchange; False if no byte came for ``timeout_s``."""
+        while True:
+            left = ex.last_data + timeout_s - ex.clock()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(asyncio.shield(ex.done), left)
+                return True
+            except asyncio.TimeoutError:
+                continue
+
+    async def prewarm(self, connections: int) -> None:
+        await asyncio.gather(*(self.get_text(PREWARM_PATH) for _ in range(connections)))
+
+    async def get_text(self, path: str) -> str | None:
+        try:
+            conn, _ = await self._acquire()
+        except (OSError, asyncio.TimeoutError):
+            return None
+        ex = _Exchange(None, time.perf_counter)
+        conn.exchange = ex
+        assert conn.transport is not None
+        conn.transport.write(self._request("GET", path, None))
+        ok = await self._wait(ex, CONTROL_TIMEOUT_S)
+        self._release(conn, ex)
+        if not ok or ex.error is not None or ex.status != 200:
+            return None
+        return b"".join(ex.body).decode("utf-8", errors="replace")
+
+    async def send(self, req: Request, rec: RequestRecord, parser: Parser, due: float | None = None) -> None:
+        clock = time.perf_counter
+        data = self._request("POST", req.path, jsonfast.dumps(req.body))
+        rec.sent_wall = time.time()
+        rec.sent = clock()
+        done = False
+
+        def on_line(line: bytes, now: float) -> bool:
+            nonlocal done
+            if _data(line, parser, now):
+                parser.finish(now)
+                done = True
+                return True
+            return False
+
+        for attempt in (1, 2):
+            try:
+                conn, reused = await self._acquire()
+            except (OSError, asyncio.TimeoutError) as exc:
+                parser.error("connect", f"cannot connect: {type(exc).__name__}: {exc}")
+                break
+            ex = _Exchange(on_line, clock)
+            conn.exchange = ex
+            if due is not None:
+                await until(due)
+            assert conn.transport is not None
+            rec.sent_wall = time.time()
+            rec.sent = clock()
+            rec.body_written = True
+            conn.transport.write(data)
+            ok = await self._wait_stream(ex, lambda: done)
+            self._release(conn, ex)
+            if ex.error is not None and not ex.got_bytes and reused and attempt == 1:
+                # A kept-alive connection the server had closed: once more on a fresh one.
+                rec.reconnects += 1
+                self.no_reuse = True
+                continue
+            if not ok:
+                parser.error("timeout", f"no data for {self.read_timeout_s:g} s (read timeout)")
+            elif ex.status != 200 and ex.status:
+                text = b"".join(ex.body).decode("utf-8", errors="replace")[:300]
+                parser.error(_status_kind(ex.status), f"HTTP {ex.status}: {text}")
+                rec.end = clock()
+            elif ex.error is not None and not done:
+                parser.error("reset", f"{ex.error}")
+            elif not done:
+                parser.finish(clock())
+            break
+        if rec.end is None:
+            rec.end = clock()
+
+    async def _wait_stream(self, ex: _Exchange, done: Callable[[], bool]) -> bool:
+        """Until the response is complete (False: silent for the read
+        timeout); after [DONE], at most DRAIN_S for the end of the body, as
+        the aiohttp transport drains it (a connection left mid-body is closed)."""
+        while True:
+            if done():
+                try:
+                    await asyncio.wait_for(asyncio.shield(ex.done), DRAIN_S)
+                except asyncio.TimeoutError:
+                    ex.keep_alive = False
+                    ex._finish("not drained")
+                return True
+            left = ex.last_data + self.read_timeout_s - ex.clock()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(asyncio.shield(ex.done), min(left, 1.0))
+                return True
+            except asyncio.TimeoutError:
+                continue
+
+
 def make_transport(name: str, base_url: str, concurrency: int, read_timeout_s: float,
                    api_key: str | None = None) -> StreamTransport:
     if name == "aiohttp":
         return AiohttpTransport(base_url, read_timeout_s, api_key)
     if name == "httpx":
         return HttpxTransport(base_url, read_timeout_s, api_key, max_connections=max(concurrency * 2, 100))
+    if name == "raw":
+        return RawTransport(base_url, read_timeout_s, api_key)
     raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
 
 

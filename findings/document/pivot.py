@@ -21,7 +21,8 @@ def measurements(data: Dataset) -> list[dict[str, Any]]:
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
     pts = sorted(enumerate(data.points), key=lambda ip: (rank.get(ip[1].campaign, -1), ip[0]))
     return [{"campaign": p.campaign, "workload": p.workload, "config": p.config, "concurrency": p.concurrency,
-             "metrics": dict(p.metrics), "simulated": p.simulated, "note": p.note} for _, p in pts]
+             "metrics": dict(p.metrics), "params": dict(p.workload_params or {}), "simulated": p.simulated,
+             "note": p.note} for _, p in pts]
 
 
 def matches(name: str, workload: str) -> bool:
@@ -38,7 +39,13 @@ def latest_campaign(rows: Sequence[Mapping[str, Any]], workload: str, config: st
 
 
 def _key(row: Mapping[str, Any], by: str) -> Any:
-    return row["metrics"].get(by) if by not in row else row[by]
+    """A row's field, else its metric, else its workload parameter (an
+    open-loop row's ``request_rate``: its load, D103)."""
+    if by in row:
+        return row[by]
+    if by in row["metrics"]:
+        return row["metrics"][by]
+    return row.get("params", {}).get(by)
 
 
 def _label(value: Any) -> str:
@@ -110,12 +117,13 @@ def lookup(rows: Sequence[Mapping[str, Any]], workload: str, config: str, metric
            concurrency: int | None = None, campaign: str | None = None,
            where: Mapping[str, float] | None = None) -> float | None:
     """One value (the mean over repeats) from the latest campaign that measured
-    ``workload``; ``where`` keeps only rows whose metrics have those values."""
+    ``workload``; ``where`` keeps only rows whose metrics (or workload
+    parameters, as ``request_rate``) have those values."""
     camp = campaign or latest_campaign(rows, workload)
     vals = [float(r["metrics"][metric]) for r in rows
             if r["workload"] == workload and r["campaign"] == camp and r["config"] == config
             and (concurrency is None or r["concurrency"] == concurrency) and metric in r["metrics"]
-            and all(r["metrics"].get(k) == v for k, v in (where or {}).items())]
+            and all(_key(r, k) == v for k, v in (where or {}).items())]
     return sum(vals) / len(vals) if vals else None
 
 

@@ -138,12 +138,18 @@ _SLO_OPTIONS = [
 ]
 
 
-def _slo(kw: dict[str, Any], s: Settings) -> ingest_lib.SloOption:
-    """The command line's SLO, each limit not given taken from findings.toml (D108)."""
-    given = (kw.pop("slo_ttft_ms"), kw.pop("slo_tpot_ms"), kw.pop("slo_attainment"))
-    from_settings = given[0] is None and given[1] is None and given[2] is None  # else the command line decides
+def _settings_slo(given: tuple[float | None, float | None, float | None],
+                  s: Settings) -> tuple[float | None, float | None, float | None]:
+    """The command line's SLO (TTFT ms, TPOT ms, attainment), each limit not
+    given taken from findings.toml (D108)."""
     ttft, tpot, share = (g if g is not None else d for g, d in zip(given, s.request_slo))
-    return ingest_lib.SloOption(ttft, tpot, share, from_settings=from_settings)
+    return ttft, tpot, share
+
+
+def _slo(kw: dict[str, Any], s: Settings) -> ingest_lib.SloOption:
+    given = (kw.pop("slo_ttft_ms"), kw.pop("slo_tpot_ms"), kw.pop("slo_attainment"))
+    from_settings = given == (None, None, None)  # else the command line decides
+    return ingest_lib.SloOption(*_settings_slo(given, s), from_settings=from_settings)
 
 
 def _labelled_file_options(fn: Any) -> Any:
@@ -375,8 +381,7 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
             raise click.UsageError(f"attach mode needs {', '.join(missing)} (or give a MATRIX file)")
         assert url and config and campaign and workload
         if request_rate is not None or load_profile is not None or trace is not None:  # open loop: D108
-            slo_ttft_ms, slo_tpot_ms, slo_attainment = (
-                g if g is not None else d for g, d in zip((slo_ttft_ms, slo_tpot_ms, slo_attainment), s.request_slo))
+            slo_ttft_ms, slo_tpot_ms, slo_attainment = _settings_slo((slo_ttft_ms, slo_tpot_ms, slo_attainment), s)
         load = _run(attach_load, request_rate=request_rate, burstiness=burstiness, max_concurrency=max_concurrency,
                     duration_s=duration_s, load_profile=load_profile, trace=trace, time_scale=time_scale,
                     block_size=block_size, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms,

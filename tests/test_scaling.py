@@ -450,16 +450,23 @@ def test_cross_checks_equal_comparing_each_baseline_cell(seed, interval):
                 assert table.cross_of(comp) == plain
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_before_is_the_latest_earlier_cell_however_cells_arrive(seed):
-    """Table.before (a bisection) against a walk over every cell, with
-    campaigns added in order and out of it."""
+def _w1_in_two_orders(seed: int) -> tuple[Any, Rules, list[Any], tuple[list[int], list[int]]]:
+    """A synthetic store's valid cells of workload w1, and its campaign ranks
+    in order and shuffled (the orders a table is grown in)."""
     data = synthetic(seed)
     rules = Rules(resamples=200)
     valid = [c for c in cells(data, rules) if c.workload == "w1"]
     ranks = list(range(len(data.campaigns)))
     random.Random(seed).shuffle(ranks)
-    for order in (sorted(ranks), ranks):
+    return data, rules, valid, (sorted(ranks), ranks)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_before_is_the_latest_earlier_cell_however_cells_arrive(seed):
+    """Table.before (a bisection) against a walk over every cell, with
+    campaigns added in order and out of it."""
+    data, rules, valid, orders = _w1_in_two_orders(seed)
+    for order in orders:
         table = Table([], rules)
         for rank in order:
             table.add([c for c in valid if c.rank == rank])
@@ -503,12 +510,8 @@ def test_kept_peaks_and_compare_at_equal_computing_them_afresh(seed):
     """Table.peak is kept until one of the config's latest cells changes, and
     Table.compare_at is compare at each C: both against a fresh table, as
     campaigns arrive in order and out of it."""
-    data = synthetic(seed)
-    rules = Rules(resamples=200)
-    valid = [c for c in cells(data, rules) if c.workload == "w1"]
-    ranks = list(range(len(data.campaigns)))
-    random.Random(seed).shuffle(ranks)
-    for order in (sorted(ranks), ranks):
+    _, rules, valid, orders = _w1_in_two_orders(seed)
+    for order in orders:
         grown = Table([], rules, verdicts_only=True)
         for rank in order:
             grown.add([c for c in valid if c.rank == rank])

@@ -630,16 +630,9 @@ def _campaign(name: str, opts: BenchOptions, index: int, stamp: int) -> Campaign
 
 def _check_store(target: _Target, opts: BenchOptions) -> None:
     """Simulated and real results never share the settings' own store."""
-    if opts.home_store is None or opts.store.resolve() != opts.home_store.resolve():
-        return
-    if target.simulated and not opts.home_simulated:
-        raise FindingsError(
-            f"config {target.spec.name}: the server is the findings emulator, and simulated results never "
-            f"go into the real store {opts.store}; pass --store (e.g. benchmarks/results-emulated)")
-    if not target.simulated and opts.home_simulated:
-        raise FindingsError(
-            f"config {target.spec.name}: {opts.store} is a store for simulated results only, and this server "
-            f"is not the emulator; use the real store")
+    home = opts.home_store is not None and opts.store.resolve() == opts.home_store.resolve()
+    store.check_home_kind(opts.store, target.simulated, opts.home_simulated if home else None,
+                          f"config {target.spec.name}: the server", "is")
 
 
 def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] | None = None) -> BenchReport:

@@ -376,9 +376,9 @@ def apply_slo(run: Run, slo: SloOption) -> Run:
                              "--slo-attainment needs an SLO: give --slo-ttft-ms and/or --slo-tpot-ms")
         return run
     lenient = slo.from_settings
-    if lenient and not any(p.workload_params.get("load") == "rate" for p in run.points):
-        return run  # findings.toml's SLO has nothing to judge in a closed-loop file
     if not any(p.workload_params.get("load") == "rate" for p in run.points):
+        if lenient:
+            return run  # findings.toml's SLO has nothing to judge in a closed-loop file
         raise InputError(run.source_file or run.run_id, None, None,
                          "an SLO judges open-loop points, and the file has none (no finite request_rate): "
                          "drop --slo-ttft-ms/--slo-tpot-ms")

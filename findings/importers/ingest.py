@@ -58,15 +58,8 @@ class Checks:
 
 
 def _store(run: Run, store_dir: Path, checks: Checks, workload: str | None = None) -> Ingested:
-    simulated = run.source == "simulated"
-    if checks.home_simulated is not None and simulated != checks.home_simulated:
-        where = run.source_file or run.run_id
-        if simulated:
-            raise SettingsError(f"{where} measured the findings emulator (its recorded model or server facts "
-                                f"say so), and simulated results never go into the real store {store_dir}; "
-                                f"pass --store (e.g. benchmarks/results-emulated)")
-        raise SettingsError(f"{where}: {store_dir} is a store for simulated results only, and this file "
-                            f"measured a real server; use the real store (--store)")
+    store.check_home_kind(store_dir, run.source == "simulated", checks.home_simulated,
+                          run.source_file or run.run_id, "measured")
     path = store.add_run(store_dir, run, baseline=checks.baseline, allow_workload_change=checks.allow_workload_change,
                          create=checks.create)
     names = tuple(dict.fromkeys(p.workload for p in run.points))

@@ -27,7 +27,7 @@ from typing import Iterator, Mapping
 
 from findings.core import diskio, jsonfast
 from findings.store import identity
-from findings.core.errors import DuplicateError, LabelError, NotAStoreError, StoreError
+from findings.core.errors import DuplicateError, FindingsError, LabelError, NotAStoreError, StoreError
 from findings.core.model import Campaign, Dataset, Point, Run, Scalar, Sidecar
 from findings.store import index as storeindex
 from findings.store.schema import SEAL_KEY, SIDECAR_KIND, SIDECAR_SUFFIX, records_in, run_from_dict, run_to_dict, seal
@@ -221,6 +221,21 @@ def writable(store: Path, create: bool = False) -> None:
         return
     raise diskio.DiskError(folder, refusal, "cannot create the store there").with_outcome(
         "nothing was written; the store is unchanged")
+
+
+def check_home_kind(store: Path, simulated: bool, home_simulated: bool | None, subject: str, verb: str) -> None:
+    """Simulated and real results never share findings.toml's own store
+    (``home_simulated``: that store is for simulated results; None: ``store``
+    is not it). The one-line refusal reads "SUBJECT VERB the findings
+    emulator ..." ("config X: the server is", "FILE measured"): the runner's
+    and the importers' rule alike (D108)."""
+    if home_simulated is None or simulated == home_simulated:
+        return
+    if simulated:
+        raise FindingsError(f"{subject} {verb} the findings emulator, and simulated results never go into the "
+                            f"real store {store}; pass --store (e.g. benchmarks/results-emulated)")
+    raise FindingsError(f"{subject} {verb} a real server, and {store} is a store for simulated results only; "
+                        f"use the real store")
 
 
 def check_new_run(existing: list[Run], run: Run, *, baseline: str | None = None,

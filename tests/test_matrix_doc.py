@@ -43,7 +43,7 @@ def test_every_key_the_loader_accepts_has_its_row() -> None:
     assert sorted(rows - accepted) == [], "keys docs/matrix.md documents but the loader refuses"
     for table in matrix.KEYS:
         heading = f"`[[{table}]]`" if table == "campaigns" else \
-            f"`[{table}]`" if table in ("defaults", "vars") else f"`[{table}.NAME]`"
+            f"`[{table}]`" if table in ("defaults", "vars", "tune") else f"`[{table}.NAME]`"
         assert heading in text, heading
     used = {k for ex in examples() for k in re.findall(r"^([a-z_]+) =", ex, re.M)}
     assert sorted(accepted - used) == [], "keys no example on the page shows"

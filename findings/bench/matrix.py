@@ -109,6 +109,8 @@ class Matrix:
     configs: Mapping[str, ConfigSpec]
     workloads: Mapping[str, Workload]
     campaigns: tuple[CampaignSpec, ...]
+    #: [defaults]' sweep (a tune's trials use it: findings/tune).
+    defaults: Sweep = field(default_factory=Sweep)
 
 
 SWEEP_KEYS = {"api", "transport", "concurrency", "repeats", "warmup", "health_timeout_s", "read_timeout_s",
@@ -286,6 +288,7 @@ KEYS: Mapping[str, frozenset[str]] = {
     "vars": frozenset(),
     "configs": CONFIG_KEYS,
     "campaigns": CAMPAIGN_KEYS,
+    "tune": frozenset(),  # findings tune's table: checked by findings/tune/space.py (docs/tune.md)
 }
 
 
@@ -297,7 +300,7 @@ def _known(path: str, where: str, table: Mapping[str, Any], allowed: frozenset[s
                          f"unknown key; expected one of {', '.join(sorted(allowed))}")
 
 
-def parse(path: str, text: str) -> Matrix:
+def parse(path: str, text: str, campaigns_required: bool = True) -> Matrix:
     """A matrix file's text, validated (docs/matrix.md); relative dataset and
     trace paths start from the file's folder."""
     try:
@@ -381,9 +384,9 @@ def parse(path: str, text: str) -> Matrix:
             if problem:
                 raise InputError(path, None, f"{where}.api", problem)
         campaigns.append(CampaignSpec(name=name, configs=tuple(cfgs), workloads=tuple(wls), sweep=sweep))
-    if not campaigns:
+    if not campaigns and campaigns_required:
         raise InputError(path, None, "campaigns", "the matrix lists no [[campaigns]]")
-    return Matrix(path=path, configs=configs, workloads=workloads, campaigns=tuple(campaigns))
+    return Matrix(path=path, configs=configs, workloads=workloads, campaigns=tuple(campaigns), defaults=defaults)
 
 
 def attach_workload(name: str, *, api: str, prompts: str | None, dataset: str | None, input_len: int,

@@ -72,6 +72,9 @@ class BenchOptions:
     #: Attach mode: the matrix its options amount to, recorded in each run's
     #: provenance as ``bench_matrix`` (``findings plan --output`` writes from it).
     recorded_matrix: str | None = None
+    #: After each closed-loop point: (config, C, its metrics) -> whether to go
+    #: on with that config's sweep (findings tune stops a beaten trial, D115).
+    keep_going: Callable[[str, int, Mapping[str, float]], bool] | None = None
     # Computed once per invocation by run_matrix, not once per point:
     commit: str | None = None  # git commit of the findings repo
     matrix_input: Input | None = None
@@ -518,6 +521,9 @@ async def _sweep_config(target: _Target, campaign: Campaign, spec: CampaignSpec,
                     metrics = await point(w, c, repeat, rate)
                     if rate is not None:
                         attained.setdefault(rate, []).append(metrics.get("slo_attainment", 0.0))
+                if opts.keep_going is not None and rate is None and not opts.keep_going(target.spec.name, c,
+                                                                                          metrics):
+                    return
             load = w.load
             for _ in range(load.rate_search if load is not None else 0):
                 assert load is not None

@@ -27,6 +27,7 @@ from findings.derive import crossover as crossover_mod
 from findings.core.model import THROUGHPUT, Dataset, Point
 from findings.core.series import window_series
 from findings.derive.stats import ratio_bounds, ratio_ci
+from findings.derive.tuning import Objective
 from findings.derive.validity import Gates, flagged
 
 WIN, TIE, LOSS = "win", "tie", "loss"
@@ -57,6 +58,8 @@ class Rules:
     #: is "not comparable" rather than a tie (D89). The llama.cpp tier's
     #: widest real drift is 37%.
     drift_cap: float = 0.5
+    #: What `findings tune` scores its trials by (findings.toml's [tune]; D115).
+    objective: Objective = field(default_factory=Objective)
 
 
 @dataclass(frozen=True, slots=True)

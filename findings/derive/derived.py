@@ -28,6 +28,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 from findings.core.model import Dataset, Point
 from findings.derive import caveats, categories, openloop, regressions
+from findings.derive import tuning as tuning_mod
 from findings.derive.analysis import (SIMULATED_SUFFIX, Cell, Comparison, Conclusions, Rules, Table, cells,
                                       comparisons_in_campaigns)
 from findings.derive.history import Entry, HistoryCache, replay
@@ -61,6 +62,8 @@ class Derived:
     #: the configs that speculate (caveats.speculative_configs).
     speculative: frozenset[str]
     points: Mapping[str, Point]
+    #: the store's tunes (findings tune), each trial scored from the valid cells.
+    tuning: tuple[tuning_mod.Tuning, ...] = ()
     #: campaign -> its within-campaign comparisons, each derived once, when
     #: first asked for (a document shows its latest campaigns only).
     _comparisons: dict[str, dict[str, list[Comparison]]] = field(default_factory=dict, compare=False, repr=False)
@@ -132,4 +135,5 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
         counts=every,
         speculative=spec,
         points=points,
+        tuning=tuning_mod.tunings(data, done.cells, flags, rules.objective),
     )

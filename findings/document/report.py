@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 from findings.core import fmt
 from findings.core.model import THROUGHPUT, Dataset, Point, Run, Scalar
 from findings.decide import Decided, deploy, plan
-from findings.derive import caveats, categories, regressions
+from findings.derive import caveats, categories, regressions, tuning
 from findings.derive import openloop as load_verdicts
 from findings.derive.analysis import Cell, Comparison, Conclusions, Rules, analysis_workload
 from findings.derive.derived import Derived
@@ -439,6 +439,79 @@ def _deploy_line(d: deploy.Deployment) -> str:
     return "; ".join(f"{' and '.join(names)}: {status}" for status, names in by.items()) or d.policy
 
 
+def _tune_hidden(tunes: Sequence[tuning.Tuning], workload: str, candidates: set[str]) -> list[str]:
+    """One line per tune whose trials this workload's conclusion leaves out."""
+    out = []
+    for t in tunes:
+        others = [tr for tr in t.trials if tr.state != tuning.BASELINE and tr.config in candidates
+                  and (t.best is None or tr.config != t.best.config)]
+        if others:
+            best = f"; its best, {fmt.code(t.best.config)}, is listed" if t.best else ""
+            out.append(f"{len(others)} more configs were tried by tune {fmt.code(t.name)}{best}: every trial is "
+                       f"in [Config search](#config-search-findings-tune)")
+    return out
+
+
+def _tune_score(t: tuning.Tuning, v: float | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.4g}"
+
+
+def _tune(t: tuning.Tuning, blocks: Mapping[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    """A tune's section: what was tried, the best config, what is left (D115)."""
+    base = t.baseline
+    best = t.best
+
+    def vs(v: float | None) -> str:
+        if v is None or base is None or not base.score:
+            return "—"
+        return f"{v / base.score - 1:+.1%}"
+
+    def measured(tr: tuning.Trial) -> str:
+        return ", ".join(str(c) for c, _ in tr.tput) or "—"
+
+    def row(tr: tuning.Trial) -> tuple[str, ...]:
+        state = {"baseline": "baseline", "complete": "complete", "pruned": "stopped early (beaten)"}.get(
+            tr.state, tr.state)
+        if tr.state != tuning.PRUNED and tr.score is not None and not tr.feasible:
+            state += " (below the throughput floor)"
+        score = _tune_score(t, tr.score) if tr.state != tuning.PRUNED else "—"
+        short = tr.args.replace("--speculative-", "").replace("--", "")
+        return (str(tr.number), fmt.code(tr.config), fmt.code(short) if short else "(no speculation)",
+                measured(tr), score, vs(tr.score) if tr.state != tuning.PRUNED else "—", state)
+
+    headers = ("Trial", "Config", "Flags (--speculative- left out)", "C measured", f"Score ({t.objective.unit})", "vs baseline", "State")
+    align = ("right", "left", "left", "left", "right", "right", "left")
+    ranked = list(t.scored)
+    top = Table(headers, tuple(row(tr) for tr in ranked[:10]), align, markdown=True)
+    every = Table(headers, tuple(row(tr) for tr in t.trials), align, markdown=True)
+    # The best so far after each trial: how fast the search got there.
+    progress = []
+    so_far: tuning.Trial | None = None
+    for tr in t.trials:
+        if tr.state == tuning.COMPLETE and tr.score is not None and tr.feasible and (
+                so_far is None or so_far.score is None or t.objective.better(tr.score, so_far.score)):
+            so_far = tr
+            progress.append(f"trial {tr.number}: {fmt.code(tr.config)} ({_tune_score(t, tr.score)})")
+    block = None
+    if best is not None:
+        for (w, config), b in blocks.items():
+            if config == best.config and w.split(" (")[0] == t.workload:
+                block = (b.get("same_as") or b)["anchor"]
+                break
+    return {
+        "name": t.name, "campaign": t.campaign, "workload": t.workload, "engine": t.engine, "search": t.search,
+        "seed": t.seed, "objective": t.objective.line(), "tried": t.tried, "space": t.space, "untried": t.untried,
+        "pruned": sum(1 for tr in t.trials if tr.state == tuning.PRUNED),
+        "best": None if best is None else {
+            "config": best.config, "number": best.number, "score": _tune_score(t, best.score),
+            "vs": vs(best.score), "args": best.args, "env": best.env, "notes": best.notes, "anchor": block},
+        "baseline": None if base is None else {"config": base.config, "score": _tune_score(t, base.score)},
+        "unit": t.objective.unit, "top": top, "every": every, "progress": progress,
+    }
+
+
 def _share_deploy_blocks(blocks: Sequence[tuple[str, dict[str, Any]]]) -> None:
     """Each Deploy block, (workload, block) in document order, gets an anchor
     of its own; a block identical to an earlier one is shown once: the later
@@ -483,7 +556,7 @@ def _closed_threshold(c: int | None, block: Mapping[str, Any] | None) -> str:
 
 
 def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
-             lines: Mapping[tuple[str, str], str]) -> dict[str, Any]:
+             lines: Mapping[tuple[str, str], str], hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The first screen: one row per workload and candidate, read from the
     conclusions and the Deploy blocks (never derived again), and what the
     latest campaign changed (its history entry)."""
@@ -504,6 +577,8 @@ def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
                          "threshold": "—", "crossover": "—", "deploy": "—", "anchor": None, "marked": False,
                          "latest": "no change" if wc.workload in measured else "not measured"})
         for cand in wc.candidates:
+            if cand.config in hidden:
+                continue
             text, anchor = deploy_of(wc.workload, cand.config)
             why = [r for comp in cand.comparisons for r in derived.caveats_of(comp)]
             marked = bool(why)
@@ -609,6 +684,10 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         valid_at.setdefault((cell.campaign, cell.workload), []).append(cell)
         valid_of.setdefault(cell.workload, []).append(cell)
     bad_points = [p for p in labels.points if p.id in flags]
+    # A tune's trials other than its best: in its Config search section, not
+    # one policy and Deploy block each in the conclusion (D115).
+    tune_hidden = frozenset(tr.config for t in derived.tuning for tr in t.trials
+                            if tr.state != tuning.BASELINE) - {t.best.config for t in derived.tuning if t.best}
     workloads: list[dict[str, Any]] = []
     for wc in conclusions.workloads:
         latest = _latest_views(valid_of.get(wc.workload, []), points)
@@ -624,6 +703,8 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
                  for c in wc.candidates]
         policies = []
         for cand in wc.candidates:
+            if cand.config in tune_hidden:
+                continue
             why = sorted({r for comp in cand.comparisons for r in marks.reasons(comp)})
             policies.append(prose.policy(cand) + (f" {caveats.MARK} Measured {fmt.text(caveats.describe(why))}: "
                                                "not a deployment fact." if why else ""))
@@ -642,7 +723,9 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
                                for c in wc.candidates if c.config in done.baseline_moved.get(wc.workload, {})],
             "suspect": [regressions.suspect_sentence(m, fmt.code, cli) for m in done.suspect
                         if m.workload == wc.workload],
-            "deploy": [_deploy_block(d) for d in deployments if d.workload == wc.workload],
+            "deploy": [_deploy_block(d) for d in deployments
+                       if d.workload == wc.workload and d.config not in tune_hidden],
+            "tune_hidden": _tune_hidden(derived.tuning, wc.workload, {c.config for c in wc.candidates}),
             "cross_checks": [x for c in cands if (x := prose.cross_check(c))],
             "verdicts": _verdict_table(conclusions, wc.workload, labels, marks),
             "left_out": left_out,
@@ -749,7 +832,9 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         "slo": slo.describe() if slo.set else None,
         "workloads": workloads,
         "open_loop": open_sections,
-        "summary": _summary(derived, blocks, {(d.workload, d.config): _deploy_line(d) for d in deployments}),
+        "tunes": [_tune(t, blocks) for t in derived.tuning],
+        "summary": _summary(derived, blocks, {(d.workload, d.config): _deploy_line(d) for d in deployments},
+                            tune_hidden),
         "by_category": by_category,
         "category_tables": category_tables,
         "history": history,

@@ -17,6 +17,7 @@ from typing import Any
 from findings.derive.analysis import Rules
 from findings.core.errors import SettingsError
 from findings.derive.validity import Gates
+from findings.derive.tuning import KINDS, Objective
 from findings.document.views import Slo
 
 FILE = "findings.toml"
@@ -167,6 +168,7 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
             resamples=int(table.get("resamples", 2000)),
             drift_window=_whole(table.get("drift_window", Rules.drift_window), f"{path}: drift_window"),
             drift_cap=float(table.get("drift_cap", Rules.drift_cap)),
+            objective=objective(path, doc.get("tune", {})),
             interval=str(table.get("interval", "auto")),
             gates=Gates(max_failed_fraction=float(table.get("max_failed_fraction", Gates.max_failed_fraction)),
                         max_client_lag_ms=float(table.get("max_client_lag_ms", Gates.max_client_lag_ms)),
@@ -180,6 +182,49 @@ def load(settings_file: str | None = None, cwd: Path | None = None) -> Settings:
         request_slo=(_opt_float(table.get("slo_ttft_ms")), _opt_float(table.get("slo_tpot_ms")),
                      _opt_float(table.get("slo_attainment"))),
     )
+
+
+def objective(path: Path, t: Any) -> Objective:
+    """findings.toml's [tune]: what `findings tune` scores trials by (docs/tune.md)."""
+    if not isinstance(t, dict):
+        raise SettingsError(f"{path}: [tune] must be a table")
+    known = {"objective", "weights", "concurrency", "floor_tok_s", "floor_concurrency", "rate"}
+    for key in t:
+        if key not in known:
+            raise SettingsError(f"{path}: unknown [tune] setting {key!r} (known: {', '.join(sorted(known))})")
+    kind = t.get("objective", "throughput")
+    if kind not in KINDS:
+        raise SettingsError(f"{path}: [tune] objective must be one of {', '.join(KINDS)}")
+
+    def whole(key: str, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SettingsError(f"{path}: [tune] {key} must be an integer >= 1")
+        return v
+
+    def positive(key: str, v: Any) -> float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise SettingsError(f"{path}: [tune] {key} must be a number > 0")
+        return float(v)
+
+    weights: list[tuple[int, float]] = []
+    raw = t.get("weights", {"1": 1.0})
+    if not isinstance(raw, dict) or not raw:
+        raise SettingsError(f'{path}: [tune] weights is a table of C = weight, e.g. {{ "1" = 0.5, "64" = 0.5 }}')
+    for c, w in raw.items():
+        if not str(c).isdigit() or int(c) < 1:
+            raise SettingsError(f"{path}: [tune] weights: {c!r} is not a concurrency (an integer >= 1)")
+        weights.append((int(c), positive(f"weights.{c}", w)))
+    if kind == "latency" and ("floor_tok_s" in t) != ("floor_concurrency" in t):
+        raise SettingsError(f"{path}: [tune] floor_tok_s and floor_concurrency go together")
+    if kind == "goodput" and "rate" not in t:
+        raise SettingsError(f"{path}: [tune] objective \"goodput\" needs rate (req/s) and the SLO "
+                            f"(slo_ttft_ms and/or slo_tpot_ms in [findings])")
+    return Objective(kind=kind, weights=tuple(sorted(weights)),
+                     concurrency=whole("concurrency", t.get("concurrency", 1)),
+                     floor_tok_s=positive("floor_tok_s", t["floor_tok_s"]) if "floor_tok_s" in t else None,
+                     floor_concurrency=whole("floor_concurrency", t["floor_concurrency"])
+                     if "floor_concurrency" in t else None,
+                     rate=positive("rate", t["rate"]) if "rate" in t else None)
 
 
 def _whole(v: Any, where: str) -> int:

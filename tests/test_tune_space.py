@@ -1,0 +1,96 @@
+"""findings tune's pure parts: the [tune] table, the grid under the engine's
+rules, the objective of findings.toml and the scoring (docs/tune.md)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from findings.bench import matrix as matrix_mod
+from findings.core.errors import InputError, SettingsError
+from findings.derive import tuning
+from findings.document import settings as settings_mod
+from findings.tune import space
+
+REPO = Path(__file__).resolve().parents[1]
+MATRIX = REPO / "benchmarks" / "tune-emulated.toml"
+
+
+def _spec(text: str | None = None) -> space.TuneSpec:
+    text = text if text is not None else MATRIX.read_text()
+    m = matrix_mod.parse(str(MATRIX), text, campaigns_required=False)
+    doc = tomllib.loads(text)
+    return space.parse(str(MATRIX), doc["tune"], m.configs, m.workloads, doc.get("vars", {}))
+
+
+def test_the_emulated_space_under_sglangs_rules() -> None:
+    spec = _spec()
+    grid = space.grid(spec)
+    assert grid.combinations == 1 * 5 * 3 * 3 * 2 * 2
+    names = [c.name for c in grid.candidates]
+    assert len(names) == len(set(names))
+    # topk 1 forces the draft tokens to steps + 1: the three draft-token choices are one config.
+    chains = [c for c in grid.candidates if dict(c.params)["speculative-eagle-topk"] == 1]
+    assert len(chains) == 5 * 2 * 2
+    assert all(dict(c.params)["speculative-num-draft-tokens"] == dict(c.params)["speculative-num-steps"] + 1
+               for c in chains)
+    # A tree asking for more draft nodes than its candidates is refused, and counted.
+    assert grid.refused and all("candidates" in why for _, why in grid.refused)
+    assert len(grid.candidates) + len(grid.refused) + (5 * 2 * 2 * 2) == grid.combinations
+    start = space.candidate(spec, dict(spec.start or ()))
+    assert start.name == "eagle3-s3-k4-d16-no-r48"
+    assert start.args == ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
+                          "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16",
+                          "--disable-overlap-schedule", "--max-running-requests", "48")
+
+
+def test_a_refused_start_or_an_unknown_flag_is_one_line() -> None:
+    text = MATRIX.read_text()
+    bad = text.replace("speculative-num-draft-tokens = 16, disable", "speculative-num-draft-tokens = 16, "
+                       "speculative-num-steps = 1, disable").replace("speculative-num-steps = 3, ", "")
+    with pytest.raises(InputError, match=r"tune\.start.*refuses.*candidates"):
+        _spec(bad)
+    with pytest.raises(InputError, match=r"tune\.space\.speculative-numsteps.*not a sglang flag"):
+        _spec(text.replace("speculative-num-steps = [1", "speculative-numsteps = [1"))
+    with pytest.raises(InputError, match=r"tune\.baseline"):
+        _spec(text.replace('baseline = "baseline"', 'baseline = "nope"'))
+    with pytest.raises(InputError, match=r"tune\.space\.speculative-num-steps.*range"):
+        _spec(text.replace("speculative-num-steps = [1, 2, 3, 4, 6]", "speculative-num-steps = { min = 4, max = 2 }"))
+
+
+def test_a_range_is_every_integer() -> None:
+    spec = _spec(MATRIX.read_text().replace("speculative-num-steps = [1, 2, 3, 4, 6]",
+                                            "speculative-num-steps = { min = 1, max = 8 }"))
+    assert next(d for d in spec.dims if d.name == "speculative-num-steps").choices == tuple(range(1, 9))
+
+
+def test_the_objective_from_findings_toml(tmp_path: Path) -> None:
+    s = settings_mod.load(str(REPO / "benchmarks" / "tune-emulated.findings.toml"))
+    o = s.rules.objective
+    assert o.kind == "throughput" and o.weights == ((1, 0.5), (16, 0.3), (64, 0.2))
+    assert o.concurrencies() == (1, 16, 64)
+    f = tmp_path / "findings.toml"
+    for body, message in (('[tune]\nobjective = "fast"\n', "objective must be one of"),
+                          ('[tune]\nweights = { "x" = 1 }\n', "not a concurrency"),
+                          ('[tune]\nobjective = "goodput"\n', "needs rate"),
+                          ('[tune]\nobjective = "latency"\nfloor_tok_s = 10\n', "go together"),
+                          ('[tune]\nspeed = 1\n', "unknown \\[tune\\] setting")):
+        f.write_text(body)
+        with pytest.raises(SettingsError, match=message):
+            settings_mod.load(str(f))
+
+
+def test_scores_and_the_pruning_bound() -> None:
+    o = tuning.Objective(weights=((1, 0.5), (16, 0.3), (64, 0.2)))
+    assert tuning.score(o, {1: 100.0, 16: 1000.0}, {}) is None  # a C is missing
+    assert tuning.score(o, {1: 100.0, 16: 1000.0, 64: 2000.0}, {}) == pytest.approx(50 + 300 + 400)
+    # Measured 60 at C=1 where the best trial reached 100: even the best seen at 16 and 64 (+4%) reaches 758.
+    reach = tuning.bound(o, {1: 60.0}, {1: 100.0, 16: 1000.0, 64: 2000.0}, 0.04)
+    assert reach == pytest.approx(30 + 0.3 * 1040 + 0.2 * 2080)
+    assert not o.better(reach, 760.0) and o.better(reach, 750.0)
+    lat = tuning.Objective(kind="latency", concurrency=1, floor_tok_s=500.0, floor_concurrency=64)
+    assert lat.concurrencies() == (1, 64) and not lat.higher_is_better
+    assert tuning.feasible(lat, {64: 600.0}) and not tuning.feasible(lat, {64: 400.0})
+    assert lat.better(10.0, 12.0)

@@ -439,10 +439,22 @@ def bench(obj: Context, matrix: str | None, url: str | None, config: str | None,
                    "the folder (as SGLang does) instead of reporting the size.")
 @click.option("--prefix-page-size", type=click.IntRange(min=1), default=16, show_default=True, metavar="N",
               help="Tokens per page of the prefix cache: prompts share cached tokens in whole pages.")
+@click.option("--speculative-algorithm", default=None, metavar="NAME",
+              help="SGLang's flag (EAGLE, EAGLE3): build the profile from the --speculative-* flags "
+                   "(the flags model, docs/emulator.md) instead of --profile; refused as SGLang refuses.")
+@click.option("--speculative-num-steps", type=int, default=None, metavar="N", help="SGLang's flag.")
+@click.option("--speculative-eagle-topk", type=int, default=None, metavar="N", help="SGLang's flag.")
+@click.option("--speculative-num-draft-tokens", type=int, default=None, metavar="N", help="SGLang's flag.")
+@click.option("--disable-overlap-schedule", is_flag=True, help="SGLang's flag: the draft no longer hides behind the verify.")
+@click.option("--max-running-requests", type=click.IntRange(min=1), default=None, metavar="N",
+              help="SGLang's name for --max-running.")
 def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_truth: bool,
             ground_truth_log: str | None, startup_delay: float, max_running: int | None, error_rate: float, drop_rate: float,
             stall_rate: float, stall_s: float, die_after: int | None, fail_share: float, fail_how: str,
-            fail_skip: int, vocab_size: int, model_path: str | None, prefix_page_size: int) -> None:
+            fail_skip: int, vocab_size: int, model_path: str | None, prefix_page_size: int,
+            speculative_algorithm: str | None, speculative_num_steps: int | None, speculative_eagle_topk: int | None,
+            speculative_num_draft_tokens: int | None, disable_overlap_schedule: bool,
+            max_running_requests: int | None) -> None:
     """Serve SGLang's API from a calibrated emulator. Everything it produces is simulated."""
     from findings.emulator import model as emodel
     from findings.emulator import server as eserver
@@ -458,12 +470,29 @@ def emulate(port: int, host: str, profile: str, seed: int, speed: float, ground_
         raise click.BadParameter(str(exc), param_hint="--fail-how") from None
     faults = eserver.Faults(error_rate=error_rate, drop_rate=drop_rate, stall_rate=stall_rate, stall_s=stall_s,
                             die_after=die_after, fail_share=fail_share, fail_how=how, fail_skip=fail_skip)
+    from findings.core import engine_rules
+
+    if max_running is not None and max_running_requests is not None and max_running != max_running_requests:
+        raise click.BadParameter("--max-running and --max-running-requests differ", param_hint="--max-running-requests")
+    max_running = max_running if max_running is not None else max_running_requests
+    spec = None
+    if speculative_algorithm is not None:
+        try:
+            spec, _ = engine_rules.sglang_normalize(engine_rules.SglangSpec(
+                speculative_algorithm, speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens,
+                not disable_overlap_schedule, max_running))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--speculative-*") from None
+        max_running = spec.max_running_requests
+    elif (speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens) != (None, None, None) \
+            or disable_overlap_schedule:
+        raise click.BadParameter("needs --speculative-algorithm", param_hint="--speculative-*")
     _run(eserver.serve, eserver.EmulatorOptions(host=host, port=port, profile=profile, seed=seed, speed=speed,
                                                 ground_truth=ground_truth, ground_truth_log=ground_truth_log,
                                                 startup_delay_s=startup_delay,
                                                 max_running_requests=max_running, faults=faults,
                                                 vocab_size=vocab_size, model_path=model_path,
-                                                prefix_page_size=prefix_page_size))
+                                                prefix_page_size=prefix_page_size, spec=spec))
 
 
 @main.command()

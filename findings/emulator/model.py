@@ -38,10 +38,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from findings.core.engine_rules import SglangSpec
+
 __all__ = [
     "ACCEPT_SCALE",
     "PROFILES",
     "Profile",
+    "FlagsModel",
+    "profile_from_flags",
     "accept_p",
     "draw_step_tokens",
     "mean_accept_length",
@@ -78,6 +82,9 @@ class Profile:
     prefill_token_ms: float = 0.02
     # Speculative acceptance: probability that each draft position is accepted.
     accept_p: float = 0.0
+    #: The deepest chain a step can accept (None: ``speculative_num_steps``);
+    #: the flags model caps it by the draft tokens too (``profile_from_flags``).
+    accept_depth: int | None = None
     #: Zero model delay: steps run back to back and a request gets its next
     #: token only once its previous event has been written (client-capacity tests).
     firehose: bool = False
@@ -111,7 +118,12 @@ class Profile:
     @property
     def max_step_tokens(self) -> int:
         """The most tokens one request can get from one step."""
-        return (self.speculative_num_steps or 0) + 1 if self.speculative else 1
+        return self.depth + 1 if self.speculative else 1
+
+    @property
+    def depth(self) -> int:
+        """The most drafts one step can accept."""
+        return self.accept_depth if self.accept_depth is not None else (self.speculative_num_steps or 0)
 
     def steady_throughput(self, b: int) -> float:
         """Decode-only tokens/s at batch size ``b`` (model time; no prefill, no tail)."""
@@ -123,7 +135,7 @@ def mean_accept_length(profile: Profile) -> float:
     """Mean tokens per request per step (1 for non-speculative profiles)."""
     if not profile.speculative:
         return 1.0
-    p, s = profile.accept_p, profile.speculative_num_steps or 0
+    p, s = profile.accept_p, profile.depth
     return float(sum(p**i for i in range(s + 1)))
 
 
@@ -177,7 +189,7 @@ def draw_step_tokens(profile: Profile, u: float, remaining: int, p: float | None
     """
     if not profile.speculative:
         return 1, 0
-    p, steps = (profile.accept_p if p is None else p), profile.speculative_num_steps or 0
+    p, steps = (profile.accept_p if p is None else p), profile.depth
     k = 0
     while k < steps and u >= 1.0 - p ** (k + 1):
         k += 1
@@ -238,3 +250,67 @@ PROFILES: dict[str, Profile] = {
         firehose=True,
     ),
 }
+
+
+@dataclass(frozen=True)
+class FlagsModel:
+    """The flags model's parameters (docs/emulator.md, "The flags model").
+
+    ASSUMPTIONS chosen so that a search over SGLang's speculative flags has a
+    clear optimum; they are not measurements. The target model's forward is
+    the calibrated baseline's (``verify_*``); the rest is made up:
+
+    * accepted depth at most ``L = min(num_steps, num_draft_tokens - 1)``;
+    * acceptance per chain position with a tree ``w = min(topk, (num_draft_tokens - 1) / L)``
+      nodes wide: ``p = 1 - (1 - accept_p1) * w ** -topk_gain`` (a wider
+      tree covers more of the target's choices), at most ``MAX_ACCEPT_P``;
+    * draft, per step: ``num_steps * (draft_step_ms + draft_node_ms * topk * b)``;
+    * verify: the baseline's forward over ``b * num_draft_tokens`` tokens;
+    * step: ``max(verify, draft)`` with overlap, ``verify + draft`` without.
+    """
+
+    verify_fixed_ms: float = 9.68
+    verify_token_ms: float = 1.114
+    verify_token2_ms: float = 0.000422
+    accept_p1: float = 0.92
+    topk_gain: float = 0.5
+    draft_step_ms: float = 6.0
+    draft_node_ms: float = 0.02
+
+
+FLAGS_MODEL = FlagsModel()
+
+
+def profile_from_flags(spec: SglangSpec, params: FlagsModel = FLAGS_MODEL) -> Profile:
+    """The emulated profile for SGLang flags that ``engine_rules.sglang_normalize`` has resolved.
+
+    Raises ValueError for a spec that is not normalized (no algorithm, steps,
+    topk, draft tokens or max running requests)."""
+    if (spec.algorithm is None or spec.num_steps is None or spec.eagle_topk is None
+            or spec.num_draft_tokens is None or spec.max_running_requests is None):
+        raise ValueError("profile_from_flags needs a normalized spec (engine_rules.sglang_normalize)")
+    s, k, d = spec.num_steps, spec.eagle_topk, spec.num_draft_tokens
+    depth = min(s, d - 1)
+    width = min(float(k), (d - 1) / depth)  # tree nodes per depth: a tree no wider than its budget
+    p = min(MAX_ACCEPT_P, 1.0 - (1.0 - params.accept_p1) * width ** -params.topk_gain)
+    name = f"{spec.algorithm.lower()}-s{s}-k{k}-d{d}-{'overlap' if spec.overlap else 'nooverlap'}"
+    return Profile(
+        name=name,
+        description=f"flags model (ASSUMPTIONS, docs/emulator.md): steps {s}, topk {k}, {d} draft tokens, "
+                    f"{'overlap' if spec.overlap else 'no overlap'}",
+        speculative_algorithm=spec.algorithm,
+        speculative_num_steps=s,
+        speculative_eagle_topk=k,
+        speculative_num_draft_tokens=d,
+        overlap=spec.overlap,
+        worker="v2",
+        max_running_requests=spec.max_running_requests,
+        tokens_verified=d,
+        verify_fixed_ms=params.verify_fixed_ms,
+        verify_token_ms=params.verify_token_ms,
+        verify_token2_ms=params.verify_token2_ms,
+        draft_fixed_ms=s * params.draft_step_ms,
+        draft_req_ms=s * params.draft_node_ms * k,
+        accept_p=p,
+        accept_depth=depth,
+    )

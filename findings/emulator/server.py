@@ -604,7 +604,7 @@ async def _serve(options: EmulatorOptions) -> None:
     listener = await loop.create_server(lambda: _Stamping(inner()), sock=sock, backlog=1024)
     port = sock.getsockname()[1]
     app[EMU].options = replace(options, port=port)
-    print(f"findings-emulator: profile {options.profile} listening on http://{options.host}:{port} (SIMULATED)",
+    print(f"findings-emulator: profile {app[EMU].profile.name} listening on http://{options.host}:{port} (SIMULATED)",
           flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -24,7 +24,8 @@ from findings.emulator import faults
 from findings.emulator.engine import PAGE_SIZE, Engine, Seq, Step, StepResult, count_prompt_tokens, seed_for
 from findings.emulator.faults import Fate, Faults
 from findings.emulator.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS, Histogram
-from findings.emulator.model import PROFILES, Profile, accept_p, mean_accept_length
+from findings.core.engine_rules import SglangSpec
+from findings.emulator.model import PROFILES, Profile, accept_p, mean_accept_length, profile_from_flags
 from findings.emulator.protocol import SeqSpec
 from findings.core.errors import FindingsError
 
@@ -60,6 +61,9 @@ class EmulatorOptions:
     #: Tokens per page of the prefix cache (``--prefix-page-size``): prompts share
     #: cached tokens in whole pages (engine.Engine says how).
     prefix_page_size: int = PAGE_SIZE
+    #: SGLang's speculative flags, normalized (engine_rules.sglang_normalize):
+    #: the profile is built from them (model.profile_from_flags) instead of ``profile``.
+    spec: SglangSpec | None = None
 
 
 @dataclass
@@ -99,7 +103,7 @@ def model_vocab(folder: str) -> int:
 
 class Emulator:
     def __init__(self, options: EmulatorOptions) -> None:
-        if options.profile not in PROFILES:
+        if options.spec is None and options.profile not in PROFILES:
             raise ValueError(f"unknown profile {options.profile!r}; choose from {', '.join(PROFILES)}")
         if options.speed <= 0:
             raise ValueError("speed must be > 0")
@@ -107,7 +111,8 @@ class Emulator:
             raise ValueError("prefix_page_size must be >= 1")
         faults.validate(options.faults)
         self.options = options
-        self.profile: Profile = PROFILES[options.profile]
+        self.profile: Profile = (PROFILES[options.profile] if options.spec is None
+                                 else profile_from_flags(options.spec))
         self.model_name = f"findings-emulator/{self.profile.name}"
         self.vocab_size = options.vocab_size if options.model_path is None else model_vocab(options.model_path)
         self.engine = Engine(self.profile, options.max_running_requests, page_size=options.prefix_page_size)

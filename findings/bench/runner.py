@@ -75,6 +75,9 @@ class BenchOptions:
     #: After each closed-loop point: (config, C, its metrics) -> whether to go
     #: on with that config's sweep (findings tune stops a beaten trial, D115).
     keep_going: Callable[[str, int, Mapping[str, float]], bool] | None = None
+    #: Launched servers die with this process, even when it is SIGKILLed
+    #: (a tune's trial on a Ray node that is lost: launch.start).
+    servers_die_with_launcher: bool = False
     # Computed once per invocation by run_matrix, not once per point:
     commit: str | None = None  # git commit of the findings repo
     matrix_input: Input | None = None
@@ -199,7 +202,8 @@ class _Target:
 def _connect(spec: ConfigSpec, sweep: Sweep, opts: BenchOptions) -> _Target:
     server = None
     if spec.launch:
-        server = launch.start(spec.name, spec.launch, spec.env, opts.log_dir, store=str(opts.store))
+        server = launch.start(spec.name, spec.launch, spec.env, opts.log_dir, store=str(opts.store),
+                              die_with_launcher=opts.servers_die_with_launcher)
         url = server.url
     else:
         assert spec.url is not None

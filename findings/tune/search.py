@@ -324,7 +324,8 @@ def _collect(executor: Any, in_flight: dict[str, Candidate | None], proposer: Pr
     where = f" on {outcome.node}" if outcome.node and outcome.node != "local" else ""
     if outcome.error is not None or outcome.result is None:
         report.failed.append(f"{outcome.key}{where}: {outcome.error}")
-        say(f"  {outcome.key}: FAILED{where}: {outcome.error} (nothing stored)")
+        kept = "" if "nothing" in str(outcome.error) else " (nothing stored)"
+        say(f"  {outcome.key}: FAILED{where}: {outcome.error}{kept}")
         if c is not None:
             proposer.failed(c)
         return None

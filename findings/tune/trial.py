@@ -77,7 +77,8 @@ def run_trial(p: Mapping[str, Any]) -> dict[str, Any]:
         except OSError:
             log_dir = Path(tmp) / "logs"
         opts = runner.BenchOptions(store=staging, home_store=None, log_dir=log_dir, date=p["date"], progress=False,
-                                   create=True, keep_going=keep_going, matrix=Path(p["matrix"].path))
+                                   create=True, keep_going=keep_going, matrix=Path(p["matrix"].path),
+                                   servers_die_with_launcher=True)
         report = runner.run_matrix(matrix, opts)
         if report.interrupted:  # Ctrl-C or SIGTERM: the tune stops, this trial is not stored
             raise runner.Terminated(report.signal) if report.signal != signal.SIGINT else KeyboardInterrupt()

@@ -38,31 +38,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 REPORT = ROOT / "build" / "cluster" / "ray-trials.md"
 SLOT = {"trial_slot": 1.0}
-NODE = dict(num_cpus=1, resources={"trial_slot": 1}, object_store_memory=100 * 2**20)
+from conftest import NODE  # noqa: E402  (and the cluster fixture)
 # A trial: the emulator at 2x speed, 8 requests at C=1 and at C=4, 64 tokens out: about 5 s,
 # most of it the emulated model's time, so that two trials share this 2-core machine.
 TRIAL = {"speed": 2, "output_len": 64, "num_prompts": 8, "concurrency": "1,4"}
-
-
-@pytest.fixture
-def cluster():
-    # The workers import trialfn by name: the nodes' processes inherit this path.
-    path = [str(HERE), os.environ.get("PYTHONPATH", "")]
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
-    c = Cluster(initialize_head=True, head_node_args=dict(NODE))
-    c.add_node(**NODE)
-    c.wait_for_nodes()
-    try:
-        yield c
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        c.shutdown()
-        if old is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old
 
 
 def payloads(n: int, tag: str, **extra) -> list[dict]:

@@ -125,6 +125,11 @@ def test_a_grid_tune_stores_one_run_per_trial_and_the_document_shows_the_search(
     assert t.best is not None and all(v is not None for v in scores.values())
     assert t.best.score == max(v for k, v in scores.items() if k != "baseline")  # type: ignore[type-var]
     assert f"best: {t.best.config}" in done.stdout
+    as_json = subprocess.run([FINDINGS, "--settings", str(settings), "conclusions", "--json"], capture_output=True,
+                             text=True, cwd=tmp_path)
+    (tj,) = json.loads(as_json.stdout)["tuning"]
+    assert tj["best"] == t.best.config and tj["tried"] == 4 and tj["objective"]["weights"] == {"1": 0.6, "8": 0.4}
+    assert {x["config"]: x["score"] for x in tj["trials"]}[t.best.config] == pytest.approx(t.best.score, rel=1e-4)
     render = subprocess.run([FINDINGS, "--settings", str(settings), "render"], capture_output=True, text=True,
                             cwd=tmp_path)
     assert render.returncode == 0, render.stderr
@@ -154,9 +159,9 @@ def test_optuna_within_a_budget_and_a_killed_tune_continues(tmp_path: Path) -> N
     for r in kept:  # whole trials only: each run holds every C it measured, or is marked stopped early
         cs = sorted(p["concurrency"] for p in r["points"])  # type: ignore[union-attr, index]
         assert cs == [1, 8] or r["provenance"]["tune_state"] == tuning.PRUNED, r  # type: ignore[index]
-    ps = subprocess.run(["pgrep", "-f", f"findings emulate --port .* --seed 3"], capture_output=True, text=True)
-    mine = [pid for pid in ps.stdout.split() if str(tmp_path) in _cmdline(pid) or _child_of_test(pid)]
-    assert not mine
+    # Every server this tune launched was stopped (they run in its folder: no other checkout's).
+    ps = subprocess.run(["pgrep", "-f", "findings emulate --port"], capture_output=True, text=True)
+    assert not [pid for pid in ps.stdout.split() if _cwd(pid) == str(tmp_path)]
     done = _tune(settings, matrix)
     assert done.returncode == 0, done.stderr
     assert "already stored, continuing" in done.stderr
@@ -166,20 +171,11 @@ def test_optuna_within_a_budget_and_a_killed_tune_continues(tmp_path: Path) -> N
     assert len(names) == len(set(names))
 
 
-def _cmdline(pid: str) -> str:
+def _cwd(pid: str) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        return os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return ""
-
-
-def _child_of_test(pid: str) -> bool:
-    """An emulator left behind by this test's tune: its parent is gone, so it
-    would be a child of init, with this test's working folder."""
-    try:
-        return os.readlink(f"/proc/{pid}/cwd").startswith("/tmp/pytest")
-    except OSError:
-        return False
 
 
 def test_a_store_of_real_results_refuses_the_emulators_trials(tmp_path: Path) -> None:
@@ -190,3 +186,61 @@ def test_a_store_of_real_results_refuses_the_emulators_trials(tmp_path: Path) ->
     assert done.stderr.strip().splitlines()[-1].startswith("Error:")
     assert "simulated" in done.stderr
     assert not store.is_store(tmp_path / "results") or not list((tmp_path / "results" / "runs").glob("*.json"))
+
+
+GOODPUT = """
+[defaults]
+warmup = 0
+health_timeout_s = 60
+running_sample_s = 0
+
+[workloads.open]
+prompts = "diverse"
+input_len = 32
+output_len = 32
+num_prompts = 24
+request_rate = [12]
+slo_tpot_ms = 4
+seed = 4
+
+[configs.baseline]
+launch = "{python} -m findings emulate --port {port} --profile baseline --speed 4 --seed 3"
+
+[tune]
+name = "good"
+engine = "sglang"
+launch = "{python} -m findings emulate --port {port} --speed 4 --seed 3"
+baseline = "baseline"
+workload = "open"
+search = "grid"
+
+[tune.space]
+speculative-algorithm = ["EAGLE3"]
+speculative-num-steps = [2]
+speculative-eagle-topk = [1]
+disable-overlap-schedule = [false, true]
+max-running-requests = [64]
+"""
+
+
+def test_a_goodput_objective_scores_open_loop_trials(tmp_path: Path) -> None:
+    matrix = tmp_path / "tune.toml"
+    matrix.write_text(GOODPUT)
+    settings = tmp_path / "findings.toml"
+    settings.write_text('[findings]\nstore = "results"\nsimulated = true\n\n[tune]\nobjective = "goodput"\nrate = 12\n')
+    done = _tune(settings, matrix)
+    assert done.returncode == 0, done.stderr
+    from findings.api import derived
+    from findings.document import settings as settings_mod
+    (t,) = derived(settings_mod.load(str(settings))).tuning
+    assert t.tried == 2 and all(x.goodput is not None for x in t.trials)
+    # Scored by goodput at 12 req/s: the measured goodput of each trial's open-loop point.
+    points = {p.config: p for p in derived(settings_mod.load(str(settings))).data.points}
+    for x in t.trials:
+        assert x.score == pytest.approx(points[x.config].metrics["goodput_req_s"])
+    assert t.best is not None and t.best.score == max(x.score for x in t.trials if x.state != tuning.BASELINE)
+    assert "req/s" in done.stdout
+    # A closed-loop objective on an open-loop workload is refused in one line.
+    settings.write_text('[findings]\nstore = "results"\nsimulated = true\n')
+    bad = _tune(settings, matrix)
+    assert bad.returncode != 0 and "is an open loop" in bad.stderr.strip().splitlines()[-1]

@@ -10,6 +10,7 @@ import pytest
 
 from findings.bench import matrix as matrix_mod
 from findings.core.errors import InputError, SettingsError
+from findings.core.model import Run
 from findings.derive import tuning
 from findings.document import settings as settings_mod
 from findings.tune import space
@@ -96,3 +97,57 @@ def test_scores_and_the_pruning_bound() -> None:
     assert lat.concurrencies() == (1, 64) and not lat.higher_is_better
     assert tuning.feasible(lat, {64: 600.0}) and not tuning.feasible(lat, {64: 400.0})
     assert lat.better(10.0, 12.0)
+
+
+def _trial_run(run_id: str, config: str, number: int, state: str, metrics_by_c: dict[int, dict[str, float]],
+               load: dict[str, object] | None = None) -> Run:
+    from findings.core.model import Campaign, Point
+    camp = Campaign(name="tune-t", date="2026-12-03")
+    points = tuple(Point(id=f"{run_id}:{i}", run_id=run_id, campaign=camp.name, config=config, workload="w",
+                         concurrency=c, metrics=m, source="runner", source_file=None, source_line=None,
+                         workload_params=dict(load or {}))
+                   for i, (c, m) in enumerate(sorted(metrics_by_c.items())))
+    prov = {tuning.NAME: "t", tuning.TRIAL: number, tuning.STATE: state, tuning.SPACE: 3, tuning.SEARCH: "grid",
+            tuning.PARAMS: "{}", tuning.ARGS: f"--flag {number}"}
+    return Run(schema_version=5, run_id=run_id, source="runner", importer="findings-bench", importer_version="1",
+               tool_version="0", created_at="2026-12-03T00:00:00Z", source_file=None, source_sha256="0" * 64,
+               environment={}, campaigns=(camp,), configs={config: {}}, points=points, provenance=prov)
+
+
+def test_latency_and_goodput_objectives_score_trials_from_the_derivation() -> None:
+    from findings import store
+    from findings.derive.analysis import Rules, cells
+    from findings.derive.validity import flagged
+
+    runs = [_trial_run("r0", "baseline", 0, tuning.BASELINE,
+                       {1: {"output_throughput_tok_s": 100.0, "median_tpot_ms": 10.0},
+                        8: {"output_throughput_tok_s": 600.0, "median_tpot_ms": 13.0}}),
+            _trial_run("r1", "fast-but-small", 1, tuning.COMPLETE,
+                       {1: {"output_throughput_tok_s": 150.0, "median_tpot_ms": 6.0},
+                        8: {"output_throughput_tok_s": 300.0, "median_tpot_ms": 26.0}}),
+            _trial_run("r2", "balanced", 2, tuning.COMPLETE,
+                       {1: {"output_throughput_tok_s": 125.0, "median_tpot_ms": 8.0},
+                        8: {"output_throughput_tok_s": 650.0, "median_tpot_ms": 12.0}}),
+            _trial_run("r3", "pruned", 3, tuning.PRUNED,
+                       {1: {"output_throughput_tok_s": 90.0, "median_tpot_ms": 11.0}})]
+    data = store.merge(runs)
+    lat = tuning.Objective(kind="latency", concurrency=1, floor_tok_s=500.0, floor_concurrency=8)
+    rules = Rules(objective=lat)
+    flags = flagged(data, rules.gates)
+    (t,) = tuning.tunings(data, cells(data, rules, flags), flags, lat)
+    # The fastest at C=1 misses the throughput floor at C=8: the feasible one ranks best.
+    assert [x.config for x in t.scored] == ["balanced", "baseline"]
+    assert t.best is not None and t.best.config == "balanced" and t.best.score == 8.0
+    assert t.tried == 3 and t.untried == 0
+    thr = tuning.Objective(weights=((1, 1.0), (8, 1.0)))
+    (t2,) = tuning.tunings(data, cells(data, rules, flags), flags, thr)
+    assert t2.best is not None and t2.best.config == "balanced" and t2.best.score == pytest.approx(387.5)
+    assert next(x for x in t2.trials if x.config == "pruned").score is None  # a C missing: no score
+    good = tuning.Objective(kind="goodput", rate=4.0)
+    runs_g = [_trial_run("g0", "baseline", 0, tuning.BASELINE, {8: {"goodput_req_s": 3.0}},
+                         {"load": "poisson", "request_rate": 4.0}),
+              _trial_run("g1", "spec", 1, tuning.COMPLETE, {8: {"goodput_req_s": 3.6}},
+                         {"load": "poisson", "request_rate": 4.0})]
+    data_g = store.merge(runs_g)
+    (t3,) = tuning.tunings(data_g, [], {}, good)
+    assert t3.best is not None and t3.best.config == "spec" and t3.best.score == 3.6

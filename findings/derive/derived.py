@@ -112,7 +112,7 @@ class Derived:
         return to_json(done.conclusions, list(self.history), dict(self.flags), caveats=why,
                        failures_unknown=list(self.failures_unknown), steps=done.steps, drift=done.drift,
                        suspect=done.suspect, baseline_moved=done.baseline_moved,
-                       by_category=list(self.by_category), open_loop=self.open_loop)
+                       by_category=list(self.by_category), open_loop=self.open_loop, tunes=self.tuning)
 
 
 def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = None) -> Derived:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Sequence
 
-from findings.derive import regressions
+from findings.derive import regressions, tuning
 from findings.derive.analysis import Best, Comparison, Conclusions
 from findings.derive.categories import Difference
 from findings.derive.history import Entry
@@ -69,7 +69,8 @@ def to_json(conclusions: Conclusions, history: list[Entry],
             suspect: list[regressions.Move] | None = None,
             baseline_moved: dict[str, dict[str, regressions.BaselineMoved]] | None = None,
             by_category: list[Difference] | None = None,
-            open_loop: Sequence[OpenLoopConclusion] = ()) -> dict[str, Any]:
+            open_loop: Sequence[OpenLoopConclusion] = (),
+            tunes: Sequence[tuning.Tuning] = ()) -> dict[str, Any]:
     """``caveats``: why a comparison's verdict is not a deployment fact
     (findings/derive/caveats.py); ``failures_unknown``: ids of the points whose
     source does not record how many requests failed; ``steps``: the
@@ -117,6 +118,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
         "failures_unknown": sorted(failures_unknown or []),
         "workloads": workloads,
         "by_category": [d.to_json() for d in by_category or []],
+        "tuning": [_tuning(t) for t in tunes],
         "regressions": [regressions.to_json(m) for m in steps or []],
         "drift": [regressions.to_json(m) for m in drift or []],
         "suspect": [regressions.to_json(m) for m in suspect or []],
@@ -131,6 +133,25 @@ def to_json(conclusions: Conclusions, history: list[Entry],
             }
             for e in history
         ],
+    }
+
+
+def _tuning(t: tuning.Tuning) -> dict[str, Any]:
+    """A tune (findings tune): its trials scored under the objective, best first."""
+    best = t.best
+    return {
+        "name": t.name, "campaign": t.campaign, "workload": t.workload, "engine": t.engine, "search": t.search,
+        "seed": t.seed, "space": t.space, "tried": t.tried, "untried": t.untried,
+        "objective": {"kind": t.objective.kind, "weights": {str(c): w for c, w in t.objective.weights},
+                      "concurrency": t.objective.concurrency, "floor_tok_s": t.objective.floor_tok_s,
+                      "floor_concurrency": t.objective.floor_concurrency, "rate": t.objective.rate,
+                      "unit": t.objective.unit},
+        "best": best.config if best is not None else None,
+        "trials": [{"config": x.config, "trial": x.number, "state": x.state, "score": _r(x.score)
+                    if x.score is not None else None, "feasible": x.feasible, "args": x.args, "env": x.env,
+                    "asked": dict(x.params), "throughput": {str(c): _r(v) for c, v in x.tput},
+                    "median_tpot_ms": {str(c): _r(v) for c, v in x.tpot}}
+                   for x in t.trials],
     }
 
 

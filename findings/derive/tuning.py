@@ -23,16 +23,18 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from findings.core.model import THROUGHPUT, Dataset, Point
+from findings.core.model import THROUGHPUT, Dataset
 
 KINDS = ("throughput", "latency", "goodput")
 #: The provenance keys a trial's run carries (findings/tune/trial.py writes them).
-NAME, TRIAL, STATE, PARAMS, ARGS, ENV, SPACE, SEARCH, SEED, ENGINE, NOTES = (
+NAME, TRIAL, STATE, PARAMS, ARGS, ENV, SPACE, SEARCH, SEED, ENGINE, NOTES, GRID = (
     "tune_name", "tune_trial", "tune_state", "tune_params", "tune_args", "tune_env", "tune_space",
-    "tune_search", "tune_seed", "tune_engine", "tune_notes")
+    "tune_search", "tune_seed", "tune_engine", "tune_notes", "tune_grid")
 COMPLETE, PRUNED, BASELINE = "complete", "pruned", "baseline"
 TPOT = "median_tpot_ms"
 GOODPUT = "goodput_req_s"
+#: The most config names a trial records of its space (for the document's "untried" list).
+GRID_NAMES = 500
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ class Tuning:
     space: int | None  # valid configs in the space (the grid's size)
     objective: Objective
     trials: tuple[Trial, ...]  # by trial number
+    #: every config of the space by name, when the trials recorded it (findings tune does up to GRID_NAMES)
+    grid: tuple[str, ...] = ()
 
     @property
     def scored(self) -> tuple[Trial, ...]:
@@ -172,6 +176,11 @@ class Tuning:
     @property
     def untried(self) -> int | None:
         return None if self.space is None else max(0, self.space - self.tried)
+
+    @property
+    def untried_names(self) -> tuple[str, ...]:
+        tried = {t.config for t in self.trials}
+        return tuple(n for n in self.grid if n not in tried)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -244,11 +253,13 @@ def tunings(data: Dataset, cells: Iterable[object], flags: Mapping[str, tuple[st
         latest = max(by_config.values(), key=lambda prov: _int(prov.get(TRIAL)), default=first)
         space = latest.get(SPACE)
         seed = latest.get(SEED)
+        grid = _names(latest.get(GRID))
         out.append(Tuning(name=name, campaign=campaign, workload=raw_workloads[0] if raw_workloads else "",
                           engine=str(latest.get(ENGINE, "")), search=str(latest.get(SEARCH, "")),
                           seed=seed if isinstance(seed, int) else None,
                           space=space if isinstance(space, int) else None, objective=objective,
-                          trials=tuple(sorted(trials, key=lambda t: (t.number, t.config)))))
+                          trials=tuple(sorted(trials, key=lambda t: (t.number, t.config))),
+                          grid=grid))
     return tuple(out)
 
 
@@ -266,10 +277,11 @@ def _params(text: object) -> dict[str, object]:
     return found if isinstance(found, dict) else {}
 
 
-def point_values(points: Iterable[Point]) -> dict[int, float]:
-    """C -> mean throughput of closed-loop points (the pruning's running view)."""
-    by: dict[int, list[float]] = {}
-    for p in points:
-        if THROUGHPUT in p.metrics and "load" not in p.workload_params:
-            by.setdefault(p.concurrency, []).append(p.metrics[THROUGHPUT])
-    return {c: _mean(v) for c, v in by.items()}
+def _names(text: object) -> tuple[str, ...]:
+    if not isinstance(text, str):
+        return ()
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return ()
+    return tuple(str(n) for n in found) if isinstance(found, list) else ()

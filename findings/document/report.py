@@ -509,6 +509,7 @@ def _tune(t: tuning.Tuning, blocks: Mapping[tuple[str, str], dict[str, Any]]) ->
             "vs": vs(best.score), "args": best.args, "env": best.env, "notes": best.notes, "anchor": block},
         "baseline": None if base is None else {"config": base.config, "score": _tune_score(t, base.score)},
         "unit": t.objective.unit, "top": top, "every": every, "progress": progress,
+        "untried_names": [fmt.code(n) for n in t.untried_names],
     }
 
 

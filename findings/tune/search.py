@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import glob
 import json
+import shlex
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -211,7 +212,7 @@ def _provenance(spec: TuneSpec, c: Candidate | None, grid: space_mod.Grid, metho
         prov[tuning.GRID] = json.dumps([c.name for c in grid.candidates])
     if c is not None:
         prov[tuning.PARAMS] = json.dumps(dict(c.asked), sort_keys=True)
-        prov[tuning.ARGS] = " ".join(c.args)
+        prov[tuning.ARGS] = shlex.join(c.args)  # as a shell takes them: copied into a launch line
         prov[tuning.ENV] = " ".join(f"{k}={v}" for k, v in c.env)
         prov[tuning.NOTES] = "; ".join(c.notes)
     return prov
@@ -253,7 +254,7 @@ def run(spec: TuneSpec, matrix: Matrix, rules: Rules, *, store_path: Path, home_
             config = replace(matrix.configs[spec.baseline])
             state = tuning.BASELINE
         else:
-            config = ConfigSpec(name=c.name, launch=f"{spec.launch} {' '.join(_quote(a) for a in c.args)}",
+            config = ConfigSpec(name=c.name, launch=f"{spec.launch} {shlex.join(c.args)}",
                                 env={**dict(c.env)}, facts={})
             state = tuning.COMPLETE
         best = d.best if d else None
@@ -296,7 +297,7 @@ def run(spec: TuneSpec, matrix: Matrix, rules: Rules, *, store_path: Path, home_
                     if c is None:
                         break
                     n = next(numbers)
-                    say(f"trial {n}: {c.name}: {' '.join(c.args)}" + (f" ({'; '.join(c.notes)})" if c.notes else ""))
+                    say(f"trial {n}: {c.name}: {shlex.join(c.args)}" + (f" ({'; '.join(c.notes)})" if c.notes else ""))
                     submit(n, c, done)
                     in_flight[c.name] = c
                 if not in_flight:
@@ -348,9 +349,3 @@ def _campaign(store_path: Path, spec: TuneSpec, date: str) -> Campaign:
             if c.name == spec.campaign:
                 return c
     return Campaign(name=spec.campaign, date=date, order=None)
-
-
-def _quote(arg: str) -> str:
-    import shlex
-    return shlex.quote(arg)
-

@@ -29,6 +29,7 @@ except ImportError:
     pytest.skip("ray is not installed: pip install '.[cluster]' (make test-cluster does)", allow_module_level=True)
 
 import trialfn
+from raycluster import cluster  # noqa: F401  (the fixture)
 
 from findings.core.errors import FindingsError
 from findings.tune.cluster import LocalTrials, Outcome, RayTrials

@@ -3,7 +3,7 @@
 serial tune of the same space; a node killed in the middle of a trial fails
 that trial, the tune finishes, and the store holds only complete trials.
 
-The driver is the real command, in its own process; the cluster (conftest.py)
+The driver is the real command, in its own process; the cluster (raycluster.py)
 is Ray's own utilities, one CPU per node, so each node runs one trial (a
 trial asks for one CPU). Skipped unless FINDINGS_CLUSTER=1 (make test-cluster).
 """
@@ -25,6 +25,9 @@ try:
     import ray  # noqa: F401
 except ImportError:
     pytest.skip("ray is not installed: pip install '.[cluster]' (make test-cluster does)", allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from raycluster import cluster  # noqa: E402,F401  (the fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 FINDINGS = str(Path(sys.executable).parent / "findings")

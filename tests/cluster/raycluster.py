@@ -1,5 +1,10 @@
 """The Ray cluster of tests/cluster: a head and one added node on this machine
-(ray.cluster_utils.Cluster), each with one CPU and one ``trial_slot``."""
+(ray.cluster_utils.Cluster), each with one CPU and one ``trial_slot``.
+
+A module the tests import the ``cluster`` fixture from, not a conftest.py:
+tests/cluster is on sys.path (its tests import trialfn by name), and a
+conftest.py there would shadow tests/conftest.py for every other module
+that imports from ``conftest``."""
 
 from __future__ import annotations
 

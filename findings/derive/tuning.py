@@ -187,79 +187,65 @@ def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values)
 
 
-def trials_of(data: Dataset, campaign: str) -> dict[str, Mapping[str, object]]:
-    """config -> the tune provenance of its run in ``campaign``."""
-    found: dict[str, Mapping[str, object]] = {}
-    for run in data.runs:
-        prov = run.provenance
-        if NAME not in prov or not any(c.name == campaign for c in run.campaigns):
-            continue
-        for config in run.configs:
-            found[config] = prov
-    return found
-
-
 def tunings(data: Dataset, cells: Iterable[object], flags: Mapping[str, tuple[str, ...]],
             objective: Objective) -> tuple[Tuning, ...]:
     """Every tune campaign of the store, its trials scored from ``cells``
-    (the derivation's valid cells: analysis.Cell) and the valid points."""
-    campaigns: dict[str, tuple[str, Mapping[str, object]]] = {}
+    (the derivation's valid cells: analysis.Cell) and the valid points. A
+    tune measures one workload, so a trial is its (campaign, config)."""
+    # campaign -> (tune name, config -> the tune provenance of its run)
+    tunes: dict[str, tuple[str, dict[str, Mapping[str, object]]]] = {}
     for run in data.runs:
         name = run.provenance.get(NAME)
         if isinstance(name, str):
             for c in run.campaigns:
-                campaigns.setdefault(c.name, (name, run.provenance))
-    if not campaigns:
+                by_config = tunes.setdefault(c.name, (name, {}))[1]
+                for config in run.configs:
+                    by_config[config] = run.provenance
+    if not tunes:
         return ()
-    tput: dict[tuple[str, str, str], dict[int, float]] = {}
+    tput: dict[tuple[str, str], dict[int, float]] = {}
     for cell in cells:
-        campaign = getattr(cell, "campaign")
-        if campaign in campaigns:
-            key = (campaign, getattr(cell, "config"), getattr(cell, "workload"))
+        key = (getattr(cell, "campaign"), getattr(cell, "config"))
+        if key[0] in tunes:
             tput.setdefault(key, {})[getattr(cell, "concurrency")] = getattr(cell, "mean")
-    tpots: dict[tuple[str, str, str, int], list[float]] = {}
-    good: dict[tuple[str, str, str], list[float]] = {}
+    tpots: dict[tuple[str, str], dict[int, list[float]]] = {}
+    good: dict[tuple[str, str], list[float]] = {}
+    workload: dict[str, str] = {}
     for p in data.points:
-        if p.campaign not in campaigns or p.id in flags:
+        if p.campaign not in tunes:
+            continue
+        workload.setdefault(p.campaign, p.workload)
+        if p.id in flags:
             continue
         load = p.workload_params.get("load")
         if load is None and TPOT in p.metrics and THROUGHPUT in p.metrics:
-            tpots.setdefault((p.campaign, p.config, p.workload, p.concurrency), []).append(p.metrics[TPOT])
+            tpots.setdefault((p.campaign, p.config), {}).setdefault(p.concurrency, []).append(p.metrics[TPOT])
         rate = p.workload_params.get("request_rate")
         if load is not None and objective.rate is not None and rate == objective.rate and GOODPUT in p.metrics:
-            good.setdefault((p.campaign, p.config, p.workload), []).append(p.metrics[GOODPUT])
+            good.setdefault((p.campaign, p.config), []).append(p.metrics[GOODPUT])
     out = []
-    for campaign, (name, _) in sorted(campaigns.items()):
-        by_config = trials_of(data, campaign)
-        workloads = sorted({p.workload + (" (simulated)" if p.source == "simulated" else "")
-                            for p in data.points if p.campaign == campaign})
-        raw_workloads = sorted({p.workload for p in data.points if p.campaign == campaign})
+    for campaign, (name, by_config) in sorted(tunes.items()):
         trials = []
-        first: Mapping[str, object] = {}
-        for config, prov in sorted(by_config.items(), key=lambda kv: (_int(kv[1].get(TRIAL)), kv[0])):
-            first = first or prov
-            wl = workloads[0] if workloads else ""
-            per_c = tput.get((campaign, config, wl), {})
-            tp = {c: _mean(v) for (cm, cf, w, c), v in tpots.items() if cm == campaign and cf == config}
-            gp_values = [v for (cm, cf, w), vs in good.items() if cm == campaign and cf == config for v in vs]
+        for config, prov in by_config.items():
+            per_c = tput.get((campaign, config), {})
+            tp = {c: _mean(v) for c, v in tpots.get((campaign, config), {}).items()}
+            gp_values = good.get((campaign, config))
             gp = _mean(gp_values) if gp_values else None
-            s = score(objective, per_c, tp, gp)
             trials.append(Trial(config=config, number=_int(prov.get(TRIAL)), state=str(prov.get(STATE, COMPLETE)),
                                 params=tuple(sorted(_params(prov.get(PARAMS)).items())),
                                 args=str(prov.get(ARGS, "")), env=str(prov.get(ENV, "")),
                                 notes=str(prov.get(NOTES, "")),
                                 tput=tuple(sorted(per_c.items())), tpot=tuple(sorted(tp.items())),
-                                goodput=gp, score=s, feasible=feasible(objective, per_c)))
-        latest = max(by_config.values(), key=lambda prov: _int(prov.get(TRIAL)), default=first)
-        space = latest.get(SPACE)
-        seed = latest.get(SEED)
-        grid = _names(latest.get(GRID))
-        out.append(Tuning(name=name, campaign=campaign, workload=raw_workloads[0] if raw_workloads else "",
+                                goodput=gp, score=score(objective, per_c, tp, gp),
+                                feasible=feasible(objective, per_c)))
+        trials.sort(key=lambda t: (t.number, t.config))
+        latest = by_config[trials[-1].config]  # the latest trial's record of the space and the search
+        space, seed = latest.get(SPACE), latest.get(SEED)
+        out.append(Tuning(name=name, campaign=campaign, workload=workload.get(campaign, ""),
                           engine=str(latest.get(ENGINE, "")), search=str(latest.get(SEARCH, "")),
                           seed=seed if isinstance(seed, int) else None,
                           space=space if isinstance(space, int) else None, objective=objective,
-                          trials=tuple(sorted(trials, key=lambda t: (t.number, t.config))),
-                          grid=grid))
+                          trials=tuple(trials), grid=_names(latest.get(GRID))))
     return tuple(out)
 
 

@@ -22,13 +22,13 @@ import shlex
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from findings import store
 from findings.bench.matrix import ConfigSpec, Matrix
 from findings.bench.runner import stop_signals
 from findings.core.errors import FindingsError
-from findings.core.model import Campaign, Scalar
+from findings.core.model import Campaign, Run, Scalar
 from findings.derive import tuning
 from findings.derive.analysis import Rules, cells
 from findings.derive.validity import flagged
@@ -79,14 +79,21 @@ class TuneReport:
         return "\n".join(lines)
 
 
+def _tune_runs(store_path: Path, spec: TuneSpec) -> list[Run]:
+    """The tune's runs: a trial's run is named for its campaign (trial.merge),
+    so the store's other runs are not read."""
+    if not store.is_store(store_path):
+        return []
+    paths = sorted((store_path / store.RUNS).glob(f"{glob.escape(spec.campaign)}-t*.json"))
+    runs = (read_run(p, requests=False) for p in paths if not p.name.startswith("."))
+    return [r for r in runs if r.provenance.get(tuning.NAME) == spec.name
+            and any(c.name == spec.campaign for c in r.campaigns)]
+
+
 def stored(store_path: Path, spec: TuneSpec, rules: Rules) -> tuning.Tuning | None:
     """The tune's campaign as the store holds it, scored by the derivation
     (its runs only: the rest of the store does not change a trial's score)."""
-    folder = store_path / store.RUNS
-    # A trial's run is named for its campaign (trial.merge): the store's other runs are not read.
-    paths = sorted(folder.glob(f"{glob.escape(spec.campaign)}-t*.json")) if store.is_store(store_path) else []
-    runs = [r for r in (read_run(p, requests=False) for p in paths if not p.name.startswith("."))
-            if r.provenance.get(tuning.NAME) == spec.name and any(c.name == spec.campaign for c in r.campaigns)]
+    runs = _tune_runs(store_path, spec)
     if not runs:
         return None
     data = store.merge(runs)
@@ -124,6 +131,9 @@ class Proposer:
                                                             else None) for t in (done.trials if done else ())}
         self.study: Any = None
         self.pending: dict[str, Any] = {}
+        #: the grid's order: the start config first
+        start = space_mod.candidate(spec, dict(spec.start)).name if spec.start is not None else None
+        self.grid_order = sorted(grid.candidates, key=lambda c: c.name != start)
         if method == "optuna":
             self._optuna(done)
 
@@ -151,15 +161,7 @@ class Proposer:
 
     def next(self) -> Candidate | None:
         if self.method == "grid":
-            order = list(self.grid.candidates)
-            if self.spec.start is not None:
-                first = space_mod.candidate(self.spec, dict(self.spec.start))
-                order.sort(key=lambda c: c.name != first.name)
-            for c in order:
-                if c.name not in self.taken:
-                    self.taken.add(c.name)
-                    return c
-            return None
+            return self._next_of(self.grid_order)
         optuna = self._optuna_mod
         for _ in range(500):  # proposals that repeat a tried config or that the engine refuses are skipped
             if len(self.taken) >= len(self.names):
@@ -182,7 +184,10 @@ class Proposer:
             self.pending[c.name] = trial
             return c
         # TPE keeps proposing what is done: the rest of the grid, in order.
-        for c in self.grid.candidates:
+        return self._next_of(self.grid.candidates)
+
+    def _next_of(self, candidates: Sequence[Candidate]) -> Candidate | None:
+        for c in candidates:
             if c.name not in self.taken:
                 self.taken.add(c.name)
                 return c
@@ -343,9 +348,9 @@ def _collect(executor: Any, in_flight: dict[str, Candidate | None], proposer: Pr
 
 
 def _campaign(store_path: Path, spec: TuneSpec, date: str) -> Campaign:
-    """The tune's campaign: the one in the store (a resumed tune), else a new one."""
-    if store.is_store(store_path):
-        for c in store.merge(store.load_runs(store_path, requests=False)).campaigns:
+    """The tune's campaign: the one its stored trials name (a resumed tune), else a new one."""
+    for run in _tune_runs(store_path, spec):
+        for c in run.campaigns:
             if c.name == spec.campaign:
                 return c
     return Campaign(name=spec.campaign, date=date, order=None)

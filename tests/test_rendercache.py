@@ -53,9 +53,9 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     read: list[str] = []
     real = store_mod.read_run
 
-    def counted(path: Path, requests: bool = True):  # type: ignore[no-untyped-def]
+    def counted(path: Path, requests: bool = True, raw: bytes | None = None):  # type: ignore[no-untyped-def]
         read.append(Path(path).name)
-        return real(path, requests)
+        return real(path, requests, raw)
 
     monkeypatch.setattr(store_mod, "read_run", counted)
     return read

@@ -185,8 +185,20 @@ def assess(data: Dataset, gates: Gates) -> tuple[dict[str, tuple[str, ...]], dic
     out = {}
     every: dict[str, Counts] = {}
     spec: dict[str, bool | None] = {}  # config -> speculative(its facts): once per config, not per point
+    # Counts are frozen, and most points share theirs: one object per distinct
+    # recorded (planned, completed, failed), not one per point (D131).
+    shared: dict[tuple[float | None, float | None, float], Counts] = {}
     for p in data.points:
-        n = every[p.id] = counts(p)
+        m = p.metrics
+        failed = m.get("failed")
+        if failed is not None:  # recorded: counts() reads no records
+            key = (m.get("planned"), m.get("completed"), failed)
+            n = shared.get(key)
+            if n is None:
+                n = shared[key] = counts(p)
+            every[p.id] = n
+        else:
+            n = every[p.id] = counts(p)
         config = p.config
         if config not in spec:
             spec[config] = speculative(data.configs.get(config, {}))

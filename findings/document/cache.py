@@ -38,6 +38,7 @@ import pickle
 import sys
 import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -46,7 +47,7 @@ from findings import store as store_mod
 from findings.derive.analysis import point_series
 from findings.derive.history import HistoryCache
 from findings.derive.validity import records_counted
-from findings.core.model import Dataset, Point, Run
+from findings.core.model import Dataset, Metrics, Point, Run
 from findings.store.schema import SIDECAR_SUFFIX, hash_and_seal, seal_state
 
 #: Bump when what an entry holds changes.
@@ -128,6 +129,14 @@ def _read_pickle(path: Path) -> Any:
         return None
 
 
+@dataclasses.dataclass
+class _Seals:
+    """The seal states that a load without a cache found (``Scan.seals``)."""
+
+    done: bool = False
+    edited: list[str] = dataclasses.field(default_factory=list)
+
+
 @dataclasses.dataclass(frozen=True)
 class Scan:
     """The store's run files and the content key of each (run file and sidecar)."""
@@ -138,7 +147,19 @@ class Scan:
     #: The run files edited by hand since findings wrote them (their seal,
     #: schema.seal_state, fails), in name order: told when a file is hashed,
     #: and kept with its hash, so an unchanged file costs nothing (D94).
-    edited: tuple[str, ...] = ()
+    known_edited: tuple[str, ...] = ()
+    #: Without a cache nothing is hashed ahead: ``load`` checks each file's
+    #: seal from the bytes it reads anyway, once (D131), and fills this in.
+    seals: _Seals | None = None
+
+    @property
+    def edited(self) -> tuple[str, ...]:
+        if self.seals is None:
+            return self.known_edited
+        if not self.seals.done:  # asked before a load: read the seals now
+            self.seals.edited = list(_edited_uncached(self.store / store_mod.RUNS, [n for n, _ in self.files]))
+            self.seals.done = True
+        return tuple(sorted(self.seals.edited))
 
     @property
     def key(self) -> str:
@@ -156,7 +177,7 @@ def scan(store: Path) -> Scan:
     try:
         if cache is None:  # nothing to look up: the names are enough (and each file's seal)
             names = sorted(e.name for e in os.scandir(runs) if e.name.endswith(".json") and not e.name.startswith("."))
-            return Scan(store, None, tuple((n, "") for n in names), _edited_uncached(runs, names))
+            return Scan(store, None, tuple((n, "") for n in names), seals=_Seals())
         entries = sorted((e.name, e.stat()) for e in os.scandir(runs) if not e.name.startswith("."))
     except (FileNotFoundError, NotADirectoryError):
         return Scan(store, cache, ())
@@ -238,7 +259,10 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
         return store_mod.load(store)  # the same message for a store that is not one
     runs: list[Run] = []
     folder_ = store / store_mod.RUNS
-    code = code_fingerprint() if found.cache is not None else ""
+    if found.cache is None:
+        with store_mod.quiet_gc():
+            return _load_uncached(folder_, found)
+    code = code_fingerprint()
     with store_mod.quiet_gc():
         for name, key in found.files:
             path = folder_ / name
@@ -255,11 +279,35 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
     return store_mod.merge(runs)
 
 
+def _load_uncached(folder_: Path, found: Scan) -> Dataset:
+    """Every run file read once: its seal checked in a thread from the same
+    bytes while the next file is parsed (sha256 lets go of the GIL), so a
+    load without a cache costs the parse, not a second read and hash of
+    the store (D131)."""
+    runs: list[Run] = []
+    seals: list[tuple[str, Future[str]]] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="findings-seal") as pool:
+        for name, _ in found.files:
+            path = folder_ / name
+            try:
+                raw = path.read_bytes()
+            except OSError:
+                raw = None  # the reader says why
+            if raw is not None:
+                seals.append((name, pool.submit(seal_state, raw)))
+            run = _derived(store_mod.read_run(path, requests=_needs_records, raw=raw))
+            runs.append(dataclasses.replace(run, path=str(path)))
+        edited = [name for name, state in seals if state.result() == "edited"]
+    if found.seals is not None and not found.seals.done:
+        found.seals.edited, found.seals.done = edited, True
+    return store_mod.merge(runs)
+
+
 def _plausible(run: object, name: str) -> TypeGuard[Run]:
     """A cheap check of an unpickled entry's shape (the key already names its
     content and the code that wrote it)."""
     return (isinstance(run, Run) and f"{run.run_id}.json" == name
-            and all(type(p) is Point and type(p.metrics) is dict and type(p.concurrency) is int
+            and all(type(p) is Point and type(p.metrics) in (dict, Metrics) and type(p.concurrency) is int
                     for p in run.points))
 
 

@@ -74,14 +74,16 @@ def quiet_gc() -> Iterator[None]:
             gc.enable()
 
 
-def read_run(path: Path, requests: bool | Callable[[Point], bool] = True) -> Run:
+def read_run(path: Path, requests: bool | Callable[[Point], bool] = True, raw: bytes | None = None) -> Run:
     """One run file, validated, with its sidecar's per-request records
     (unless ``requests`` is False; when it is a function, only if it is
-    true of one of the points the sidecar holds records of)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot read: {exc}") from exc
+    true of one of the points the sidecar holds records of). ``raw``: the
+    file's bytes, when the caller has read them already."""
+    if raw is None:
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read: {exc}") from exc
     run = parse_run(raw, str(path), Path(path).stem)
     if callable(requests) and run.sidecar is not None:
         requests = any(requests(run.points[i]) for i in run.sidecar.points if i < len(run.points))

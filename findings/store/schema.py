@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 from findings.core.errors import StoreError
 from findings.core.series import SERIES_KEY, window_series
-from findings.core.model import SOURCES, THROUGHPUT, Campaign, Input, Point, Run, Scalar, Sidecar
+from findings.core.model import SOURCES, THROUGHPUT, Campaign, Input, Metrics, Point, Run, Scalar, Sidecar
 
 #: The version this tool writes. Readers migrate older versions and refuse
 #: newer ones. History:
@@ -406,7 +406,7 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
             # at 100k points.
             points.append(Point(id=point_id(run_id, i), run_id=run_id, campaign=canon.setdefault(campaign, campaign),
                                 config=canon.setdefault(config, config), workload=canon.setdefault(workload, workload),
-                                concurrency=conc, metrics=dict(metrics_raw), source=source,
+                                concurrency=conc, metrics=Metrics.of(metrics_raw), source=source,
                                 source_file=source_file, source_line=line, note=note,
                                 workload_params={k: canon.setdefault(v, v) if type(v) is str else v
                                                  for k, v in params.items()},
@@ -441,7 +441,7 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
                 config=config,
                 workload=workload,
                 concurrency=conc,
-                metrics=metrics,
+                metrics=Metrics.of(metrics),
                 source=source,
                 source_file=source_file,
                 source_line=r.integer(p.get("source_line"), f"{where}.source_line", optional=True),

@@ -9,6 +9,7 @@ benchmarks/perf/render_scaling.py, never here.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import random
@@ -308,8 +309,8 @@ def _store_of(tmp_path: Path, campaigns: int) -> Path:
                                                                "client_loop_lag_p99_ms": 90.0 if i == 1 else 1.0},
                            source="runner", source_file=None, source_line=None)
                      for j, p in enumerate(run.points))
-        runs.append(Run(**{**run.__dict__, "points": run.points + spec,
-                           "environment": {"driver": f"5{i // 4}", "gpu": "H200"}}))
+        runs.append(dataclasses.replace(run, points=run.points + spec,
+                                        environment={"driver": f"5{i // 4}", "gpu": "H200"}))
     store.add_runs(s, runs, create=True)
     return s
 

@@ -163,9 +163,10 @@ class Sidecar:
     points: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Run:
-    """One file of the results store, as read and validated."""
+    """One file of the results store, as read and validated. Slotted: a
+    store of `findings bench` holds a run per point (D131)."""
 
     schema_version: int
     run_id: str
@@ -194,6 +195,10 @@ class Run:
     #: Where the points' per-request records are (schema version 4); None:
     #: inline in the points, or none at all.
     sidecar: Sidecar | None = None
+
+    def __reduce__(self) -> tuple[type["Run"], tuple[object, ...]]:
+        # Through __init__, as Point (the render cache).
+        return (Run, tuple(getattr(self, name) for name in self.__slots__))
 
 
 @dataclass(frozen=True)

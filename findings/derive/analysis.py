@@ -342,20 +342,30 @@ class Table:
             if latest is None or cell.rank > latest.rank:
                 self._latest[key] = cell
                 self._peak.pop(cell.config, None)
-                ranks, ranked = self._ranked.setdefault(key, ([], []))
-                ranks.append(cell.rank)
-                ranked.append(cell)
+                found = self._ranked.get(key)
+                if found is None:
+                    self._ranked[key] = ([cell.rank], [cell])
+                else:
+                    found[0].append(cell.rank)
+                    found[1].append(cell)
             else:  # keep each key's cells in rank order (``before``)
                 if cell.rank < latest.rank:
                     mine = self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
                 self._ranked[key] = ([c.rank for c in mine.values()], list(mine.values()))
-            together = self._together.setdefault((conc, cell.campaign), {})
+            here = (conc, cell.campaign)
+            together = self._together.get(here)
+            if together is None:
+                together = self._together[here] = {}
             config, rank = cell.config, cell.rank
             for other in together:  # the configs measured with it there
-                for pair in ((config, other, conc), (other, config, conc)):
-                    common = commons.get(pair)
-                    if common is None or rank > common.rank:
-                        commons[pair] = cell
+                pair = (config, other, conc)
+                common = commons.get(pair)
+                if common is None or rank > common.rank:
+                    commons[pair] = cell
+                pair = (other, config, conc)
+                common = commons.get(pair)
+                if common is None or rank > common.rank:
+                    commons[pair] = cell
             together[config] = cell
             if cell.config == base:
                 means = self._base.get(conc)

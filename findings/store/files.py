@@ -10,6 +10,7 @@ import gc
 import gzip
 import hashlib
 import json
+import os
 import zlib
 from pathlib import Path
 from typing import Callable, Iterator, Mapping
@@ -74,17 +75,19 @@ def quiet_gc() -> Iterator[None]:
             gc.enable()
 
 
-def read_run(path: Path, requests: bool | Callable[[Point], bool] = True, raw: bytes | None = None) -> Run:
+def read_run(path: Path | str, requests: bool | Callable[[Point], bool] = True, raw: bytes | None = None) -> Run:
     """One run file, validated, with its sidecar's per-request records
     (unless ``requests`` is False; when it is a function, only if it is
     true of one of the points the sidecar holds records of). ``raw``: the
     file's bytes, when the caller has read them already."""
     if raw is None:
         try:
-            raw = path.read_bytes()
+            raw = Path(path).read_bytes()
         except OSError as exc:
             raise StoreError(f"{path}: cannot read: {exc}") from exc
-    run = parse_run(raw, str(path), Path(path).stem)
+    label = str(path)
+    base = os.path.basename(label)
+    run = parse_run(raw, label, base[:-5] if base.endswith(".json") else Path(label).stem)
     if callable(requests) and run.sidecar is not None:
         requests = any(requests(run.points[i]) for i in run.sidecar.points if i < len(run.points))
         side = Path(path).parent / run.sidecar.file

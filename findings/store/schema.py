@@ -301,6 +301,11 @@ class _Reader:
         if not self.big_floats and isinstance(v, float) and abs(v) >= _BIG:
             raise self.fail(where, "a float this large may have been an integer; read exactly")
 
+    def shared_scalars(self, v: Any, where: str) -> dict[str, Scalar]:
+        """``scalars``, the one dict of equal facts read before when there is one."""
+        d = self.scalars(v, where)
+        return _shared(("facts", repr(d)), lambda: d)  # type: ignore[no-any-return]
+
     def scalars(self, v: Any, where: str) -> dict[str, Scalar]:
         d = self.obj(v, where)
         for k, x in d.items():
@@ -310,6 +315,25 @@ class _Reader:
                 raise self.fail(f"{where}.{k}", "expected a finite number")
             self.not_big(x, f"{where}.{k}")
         return d
+
+
+#: What runs read in this process share when equal (D131): a store that
+#: `findings bench` wrote holds one run file per point, each repeating its
+#: campaign, environment and config facts. Frozen or never changed once
+#: read; keyed by type and value (repr tells 1 from 1.0 from True, and 0.0
+#: from -0.0). Emptied when it grows past SHARED_MAX.
+_SHARED: dict[Any, Any] = {}
+SHARED_MAX = 65536
+_NO_HASHES: frozenset[str] = frozenset()
+
+
+def _shared(key: Any, make: Callable[[], Any]) -> Any:
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= SHARED_MAX:
+            _SHARED.clear()
+        found = _SHARED[key] = make()
+    return found
 
 
 def migrate(doc: dict[str, Any], path: str) -> dict[str, Any]:
@@ -367,10 +391,10 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
         if name in seen:
             raise r.fail(f"campaigns[{i}].name", f"campaign {name!r} listed twice")
         seen.add(name)
-        campaigns.append(Campaign(name=name, date=date, order=order))
+        campaigns.append(_shared(("campaign", name, date, order), lambda: Campaign(name=name, date=date, order=order)))
     configs: dict[str, Mapping[str, Scalar]] = {}
     for k, v in r.obj(doc.get("configs"), "configs").items():
-        configs[r.name(k, "configs")] = r.scalars(v, f"configs.{k}")
+        configs[r.name(k, "configs")] = r.shared_scalars(v, f"configs.{k}")
     per_campaign: dict[str, dict[str, Mapping[str, Scalar]]] = {}
     for c, cfgs in r.obj(doc.get("campaign_configs", {}), "campaign_configs").items():
         if c not in seen:
@@ -482,11 +506,11 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
         created_at=r.string(doc.get("created_at"), "created_at") or "",
         source_file=r.string(src.get("path"), "inputs[0].path", optional=True),
         source_sha256=r.string(src.get("sha256"), "inputs[0].sha256") or "",
-        environment=r.scalars(doc.get("environment", {}), "environment"),
+        environment=r.shared_scalars(doc.get("environment", {}), "environment"),
         campaigns=tuple(campaigns),
         configs=configs,
         points=tuple(points),
-        line_hashes=frozenset(hashes),
+        line_hashes=frozenset(hashes) if hashes else _NO_HASHES,
         path=path,
         provenance=r.scalars(doc.get("provenance", {}), "provenance"),
         extra_inputs=tuple(extra),

@@ -5,6 +5,7 @@ and cost a fraction of a dict's memory."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 import struct
@@ -81,3 +82,25 @@ def test_packed_metrics_take_a_fraction_of_a_dicts_memory() -> None:
     assert len(packed) == len(dicts) and packed[-1] == dicts[-1]
     # A dict of 30 floats with their float objects is about 1.9 KB; packed, about 0.4 KB.
     assert as_packed < as_dicts / 3, (as_packed / 2000, as_dicts / 2000, sys.version)
+
+
+def test_equal_looking_facts_of_other_types_are_not_shared(tmp_path: Path) -> None:
+    """Runs share equal environments, config facts and workload parameters
+    (D131), but 1, 1.0 and True are equal in Python and must stay apart."""
+    store = tmp_path / "store"
+    values: list[object] = [1, 1.0, True, 0.0, -0.0]
+    runs = []
+    for i, v in enumerate(values):
+        run = _run(dict(AWKWARD), run_id=f"bench-20260101-{i:010d}")
+        # A campaign and a workload of its own each: the store's guard rails
+        # refuse one config or one workload name with two definitions.
+        point = dataclasses.replace(run.points[0], campaign=f"c{i}", workload=f"w{i}",
+                                    workload_params={"flag": v, "n": 64})
+        runs.append(dataclasses.replace(run, environment={"x": v}, configs={"baseline": {"x": v}},
+                                        campaigns=(Campaign(name=f"c{i}", date=f"2026-01-0{i + 1}"),),
+                                        points=(point,), source_sha256=f"{i:064d}"))
+    paths = store_mod.add_runs(store, runs, create=True)
+    for v, path in zip(values, paths):
+        got = store_mod.read_run(path)
+        for read in (got.environment["x"], got.configs["baseline"]["x"], got.points[0].workload_params["flag"]):
+            assert type(read) is type(v) and repr(read) == repr(v), (v, read)

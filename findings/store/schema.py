@@ -336,6 +336,23 @@ def _shared(key: Any, make: Callable[[], Any]) -> Any:
     return found
 
 
+def _params(params: dict[str, Any], canon: dict[str, str]) -> dict[str, Any]:
+    """A point's workload parameters, checked scalars: one dict for the
+    points of every run that have equal ones (the same workload at the
+    same C, campaign after campaign), keyed by the values and their types.
+    Parameters with a float are not shared (0.0 and -0.0 are equal); their
+    strings are, within the run."""
+    types = tuple(map(type, params.values()))
+    if float not in types:
+        key = ("params", tuple(params.items()), types)
+        found = _SHARED.get(key)
+        if found is None:
+            found = _shared(key, lambda: {k: canon.setdefault(v, v) if type(v) is str else v
+                                          for k, v in params.items()})
+        return found  # type: ignore[no-any-return]
+    return {k: canon.setdefault(v, v) if type(v) is str else v for k, v in params.items()}
+
+
 def migrate(doc: dict[str, Any], path: str) -> dict[str, Any]:
     """Bring an older document up to SCHEMA_VERSION, or refuse it."""
     version = doc.get("schema_version")
@@ -432,8 +449,7 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
                                 config=canon.setdefault(config, config), workload=canon.setdefault(workload, workload),
                                 concurrency=conc, metrics=Metrics.of(metrics_raw), source=source,
                                 source_file=source_file, source_line=line, note=note,
-                                workload_params={k: canon.setdefault(v, v) if type(v) is str else v
-                                                 for k, v in params.items()},
+                                workload_params=_params(params, canon),
                                 requests=requests,
                                 series=None if stored is None else r.series(stored, f"points[{i}].series")))
             continue

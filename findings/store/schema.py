@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+import sys
 from typing import Any, Callable, Mapping
 
 from findings.core.errors import StoreError
@@ -347,7 +348,9 @@ def _params(params: dict[str, Any], canon: dict[str, str]) -> dict[str, Any]:
         key = ("params", tuple(params.items()), types)
         found = _SHARED.get(key)
         if found is None:
-            found = _shared(key, lambda: {k: canon.setdefault(v, v) if type(v) is str else v
+            # Names and strings interned: a run's pickle in the render cache
+            # then holds each once, whichever run first read a shared dict.
+            found = _shared(key, lambda: {sys.intern(k): sys.intern(v) if type(v) is str else v
                                           for k, v in params.items()})
         return found  # type: ignore[no-any-return]
     return {k: canon.setdefault(v, v) if type(v) is str else v for k, v in params.items()}

@@ -40,11 +40,7 @@ class Metrics(Mapping[str, float]):
 
     @classmethod
     def of(cls, d: Mapping[str, float]) -> Metrics:
-        keys = tuple(d)
-        index = _KEYS.get(keys)
-        if index is None:
-            index = _KEYS.setdefault(keys, {k: i for i, k in enumerate(keys)})
-        return cls(index, array("d", list(d.values())))  # from a list: twice as fast
+        return cls(_index_of(tuple(d)), array("d", list(d.values())))  # from a list: twice as fast
 
     def __getitem__(self, key: str) -> float:
         return self._values[self._index[key]]  # type: ignore[no-any-return]
@@ -69,14 +65,19 @@ class Metrics(Mapping[str, float]):
         return (_metrics, (tuple(self._index), self._values.tobytes()))
 
 
-def _metrics(keys: tuple[str, ...], packed: bytes) -> Metrics:
-    """Unpickles a Metrics (the render cache)."""
+def _index_of(keys: tuple[str, ...]) -> dict[str, int]:
+    """The one index of a key order."""
     index = _KEYS.get(keys)
     if index is None:
         index = _KEYS.setdefault(keys, {k: i for i, k in enumerate(keys)})
+    return index
+
+
+def _metrics(keys: tuple[str, ...], packed: bytes) -> Metrics:
+    """Unpickles a Metrics (the render cache)."""
     values = array("d")
     values.frombytes(packed)
-    return Metrics(index, values)
+    return Metrics(_index_of(keys), values)
 
 
 @dataclass(frozen=True)

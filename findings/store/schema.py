@@ -345,14 +345,10 @@ def _params(params: dict[str, Any], canon: dict[str, str]) -> dict[str, Any]:
     strings are, within the run."""
     types = tuple(map(type, params.values()))
     if float not in types:
-        key = ("params", tuple(params.items()), types)
-        found = _SHARED.get(key)
-        if found is None:
-            # Names and strings interned: a run's pickle in the render cache
-            # then holds each once, whichever run first read a shared dict.
-            found = _shared(key, lambda: {sys.intern(k): sys.intern(v) if type(v) is str else v
-                                          for k, v in params.items()})
-        return found  # type: ignore[no-any-return]
+        # Names and strings interned: a run's pickle in the render cache
+        # then holds each once, whichever run first read a shared dict.
+        return _shared(("params", tuple(params.items()), types),  # type: ignore[no-any-return]
+                       lambda: {sys.intern(k): sys.intern(v) if type(v) is str else v for k, v in params.items()})
     return {k: canon.setdefault(v, v) if type(v) is str else v for k, v in params.items()}
 
 

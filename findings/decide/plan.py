@@ -158,18 +158,7 @@ def _undecided(cand: Candidate, table: Table, rules: Rules) -> tuple[list[int], 
     concs: list[int] = []
     why: list[str] = []
     repeats = 2
-    flips: dict[int, tuple[Comparison, Comparison]] = {}
-    # C -> the candidate's own comparison there (the first, as a walk would find)
-    # and its verdict: the cross-checks grow with the campaigns, the Cs do not.
-    own_at: dict[int, tuple[Comparison, str]] = {}
-    for c in cand.comparisons:
-        own_at.setdefault(c.concurrency, (c, c.verdict))
-    for x in cand.cross:
-        if x.concurrency in flips:
-            continue
-        found = own_at.get(x.concurrency)
-        if found is not None and x.verdict != found[1]:
-            flips[x.concurrency] = (found[0], x)
+    flips = cand.flips()  # the cross-checks grow with the campaigns: the first flip at each C
     for comp in cand.comparisons:
         reason = None
         margin = abs(abs(comp.delta) - comp.band)

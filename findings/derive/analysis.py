@@ -21,7 +21,7 @@ import collections
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Collection, Iterable, Mapping
+from typing import Collection, Iterable, Iterator, Mapping, Sequence, overload
 
 from findings.derive import crossover as crossover_mod
 from findings.core.model import THROUGHPUT, Dataset, Point
@@ -133,6 +133,61 @@ class Comparison:
         return lo, hi
 
 
+class CrossChecks(Sequence[Comparison]):
+    """A candidate's cross-checks (``Candidate.cross``): each of its
+    comparisons' candidate cell against the baseline of every other campaign
+    at that C (``Table.cross_of``), made when first read (D132). A store of
+    years holds hundreds of thousands of them; a render reads those of the
+    campaigns it shows (``Candidate.cross_in``) and the first flip at each C
+    (``Candidate.flips``), ``conclusions --json`` their ratios
+    (``Candidate.cross_ratios``). Equal to the tuple of them; the table it
+    reads is never changed after the conclusion is made."""
+
+    __slots__ = ("_table", "_comps", "_made")
+
+    def __init__(self, table: Table, comps: tuple[Comparison, ...]) -> None:
+        self._table = table
+        self._comps = comps
+        self._made: tuple[Comparison, ...] | None = None
+
+    def made(self) -> tuple[Comparison, ...]:
+        if self._made is None:
+            self._made = tuple(x for comp in self._comps for x in self._table.cross_of(comp))
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self.made())
+
+    @overload
+    def __getitem__(self, i: int) -> Comparison: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Comparison, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Comparison | tuple[Comparison, ...]:
+        return self.made()[i]
+
+    def __iter__(self) -> Iterator[Comparison]:
+        return iter(self.made())
+
+    def __bool__(self) -> bool:
+        return any(True for comp in self._comps for _ in self._table.cross_ratios(comp))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (CrossChecks, tuple)):
+            return self.made() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.made())
+
+    def __repr__(self) -> str:
+        return repr(self.made())
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (tuple, (self.made(),))
+
+
 @dataclass(frozen=True)
 class Candidate:
     config: str
@@ -141,7 +196,7 @@ class Candidate:
     comparisons: tuple[Comparison, ...]  # sorted by C
     #: The same candidate cells against the baseline of *other* campaigns at
     #: that C (unpaired): how much of a verdict depends on which baseline run.
-    cross: tuple[Comparison, ...] = ()
+    cross: Sequence[Comparison] = ()
     #: Where the ratio crosses the baseline, for a threshold policy
     #: (findings/derive/crossover.py).
     crossover: crossover_mod.Crossover | None = None
@@ -159,6 +214,47 @@ class Candidate:
     def judged(self) -> tuple[Comparison, ...]:
         """The comparisons with a verdict (not ``not comparable``)."""
         return tuple(c for c in self.comparisons if c.verdict != NOT_COMPARABLE)
+
+    def cross_in(self, campaigns: Collection[str]) -> tuple[Comparison, ...]:
+        """The cross-checks against the baselines of ``campaigns`` only, in order."""
+        cross = self.cross
+        if isinstance(cross, CrossChecks) and cross._made is None:
+            return tuple(x for comp in cross._comps for x in cross._table._cross(comp, campaigns))
+        return tuple(x for x in cross if x.b.campaign in campaigns)
+
+    def cross_ratios(self) -> Iterator[tuple[int, str, float]]:
+        """(C, the other campaign, the ratio) of each cross-check, in order."""
+        cross = self.cross
+        if isinstance(cross, CrossChecks) and cross._made is None:
+            for comp in cross._comps:
+                for campaign, ratio in cross._table.cross_ratios(comp):
+                    yield comp.concurrency, campaign, ratio
+        else:
+            for x in cross:
+                yield x.concurrency, x.b.campaign, x.ratio
+
+    def flips(self) -> dict[int, tuple[Comparison, Comparison]]:
+        """C -> (the candidate's comparison there, the first cross-check at that
+        C whose verdict differs from it), where one does."""
+        own_at: dict[int, Comparison] = {}
+        for c in self.comparisons:
+            own_at.setdefault(c.concurrency, c)
+        out: dict[int, tuple[Comparison, Comparison]] = {}
+        cross = self.cross
+        if isinstance(cross, CrossChecks) and cross._made is None:
+            for comp in cross._comps:
+                own = own_at.get(comp.concurrency)
+                if own is None or comp.concurrency in out:
+                    continue
+                x = next(cross._table._cross(comp, unlike=own.verdict), None)
+                if x is not None:
+                    out[comp.concurrency] = (own, x)
+            return out
+        for x in cross:
+            own = own_at.get(x.concurrency)
+            if own is not None and x.concurrency not in out and x.verdict != own.verdict:
+                out[x.concurrency] = (own, x)
+        return out
 
     @functools.cached_property
     def verdicts(self) -> Mapping[int, str]:
@@ -457,12 +553,21 @@ class Table:
         return Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci, method=method,
                           capped=drift > rules.drift_cap)
 
-    def cross_of(self, comp: Comparison) -> list[Comparison]:
+    def cross_of(self, comp: Comparison, campaigns: Collection[str] | None = None) -> list[Comparison]:
         """The comparison's candidate cell against the baseline of every other
         campaign at its C, in rank order, for their verdicts only (a
         candidate's ``cross``): ``compare_cells(comp.a, other, verdict_only=True)``
         of each, with what they share (the candidate's cell, the C's drift)
-        looked up once. A store of years holds thousands per candidate."""
+        looked up once. A store of years holds thousands per candidate.
+        ``campaigns``: only the baselines of those campaigns."""
+        return list(self._cross(comp, campaigns))
+
+    def _cross(self, comp: Comparison, campaigns: Collection[str] | None = None,
+               unlike: str | None = None) -> Iterator[Comparison]:
+        """``cross_of``, one at a time. ``unlike``: only those whose verdict
+        differs from it (a comparison made only for those: the verdict of a
+        band-only one is arithmetic on its ratio and band, the same as
+        ``Comparison.verdict``'s)."""
         a, skip = comp.a, comp.b.campaign
         rules = self.rules
         others = self.by_key.get((rules.baseline, a.concurrency), {})  # in rank order
@@ -473,8 +578,8 @@ class Table:
         a_spread, a_mean, a_campaign = a.spread, a.mean, a.campaign
         repeats = rules.interval != "band" and a.n >= 2
         blocks = rules.interval == "auto" and bool(a.series)
-        out = []
-        for b in others.values():
+        cells = others.values() if campaigns is None else [c for k, c in others.items() if k in campaigns]
+        for b in cells:
             b_mean = b.mean
             if b.campaign == skip or b_mean <= 0:
                 continue
@@ -490,12 +595,27 @@ class Table:
             if not paired:
                 band += widen
             ratio = a_mean / b_mean
+            if unlike is not None and samples is None:
+                delta = ratio - 1.0
+                verdict = NOT_COMPARABLE if capped else WIN if delta > band else LOSS if delta < -band else TIE
+                if verdict == unlike:
+                    continue
             ci = None
             if samples is not None and not _verdict_settled(samples, ratio - 1.0, band):
                 ci = self._ci(samples[0], samples[1], a, b)
-            out.append(Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci,
-                                  method=method, capped=capped))
-        return out
+            made = Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci,
+                              method=method, capped=capped)
+            if unlike is None or made.verdict != unlike:
+                yield made
+
+    def cross_ratios(self, comp: Comparison) -> Iterator[tuple[str, float]]:
+        """(campaign, ratio) of each of ``cross_of(comp)``, in its order, without
+        judging them (``conclusions --json`` lists the ratios)."""
+        a, skip = comp.a, comp.b.campaign
+        a_mean = a.mean
+        for b in self.by_key.get((self.rules.baseline, a.concurrency), {}).values():
+            if b.campaign != skip and b.mean > 0:
+                yield b.campaign, a_mean / b.mean
 
     def _ci(self, a: tuple[float, ...], b: tuple[float, ...], ca: Cell, cb: Cell) -> tuple[float, float] | None:
         lo, hi = ratio_ci(a, b, self.rules.confidence, self.rules.resamples,
@@ -657,7 +777,7 @@ def conclude_table(workload: str, table: Table, cross: bool = True, detail: bool
             levels = [crossover_mod.Level(c.concurrency, c.ratio, *c.bounds, v) for c, v in zip(found, verdicts)
                       if v != NOT_COMPARABLE]
             where = crossover_mod.estimate(levels, pol)
-        others = tuple(x for comp in found for x in table.cross_of(comp)) if cross else ()
+        others: Sequence[Comparison] = CrossChecks(table, found) if cross else ()
         mine_only: tuple[int, ...] = ()
         theirs_only: tuple[int, ...] = ()
         if detail:

@@ -10,7 +10,7 @@ import math
 from typing import Any, Callable, Sequence
 
 from findings.derive import regressions, tuning
-from findings.derive.analysis import Best, Comparison, Conclusions
+from findings.derive.analysis import Best, Candidate, Comparison, Conclusions
 from findings.derive.categories import Difference
 from findings.derive.history import Entry
 from findings.derive.openloop import JUDGED, OpenLoopConclusion
@@ -39,10 +39,10 @@ def _best(b: Best | None, with_c: bool) -> dict[str, Any] | None:
     return d
 
 
-def _cross(cross: tuple[Comparison, ...]) -> dict[str, dict[str, float]]:
+def _cross(cand: Candidate) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
-    for x in cross:
-        out.setdefault(str(x.concurrency), {})[x.b.campaign] = _r(x.ratio)
+    for conc, campaign, ratio in cand.cross_ratios():
+        out.setdefault(str(conc), {})[campaign] = _r(ratio)
     return out
 
 
@@ -96,7 +96,7 @@ def to_json(conclusions: Conclusions, history: list[Entry],
                     "ratios": {str(x.concurrency): _r(x.ratio) for x in c.comparisons},
                     "bands": {str(x.concurrency): _r(x.band) for x in c.comparisons},
                     "campaigns": {str(x.concurrency): x.a.campaign for x in c.comparisons},
-                    "cross_ratios": _cross(c.cross),
+                    "cross_ratios": _cross(c),
                     "intervals": {str(x.concurrency): [_r(x.ci[0]), _r(x.ci[1])]
                                   for x in c.comparisons if x.ci is not None},
                     "caveats": {str(x.concurrency): list(why) for x in c.comparisons

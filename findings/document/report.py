@@ -705,7 +705,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
             more = len(bad) - len(left_out)
             left_out.append(f"{more} flagged {'point' if more == 1 else 'points'} of the {len(hidden)} earlier "
                             f"campaigns, not listed here (findings conclusions --json lists every flagged point)")
-        cands = [replace(c, cross=tuple(x for x in c.cross if x.b.campaign in shown_names)) if hidden else c
+        cands = [replace(c, cross=c.cross_in(shown_names)) if hidden else c
                  for c in wc.candidates]
         policies = []
         for cand in wc.candidates:

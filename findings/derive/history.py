@@ -214,6 +214,8 @@ def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion, table
             )
             continue
         old_v, new_v = prev.verdicts, cand.verdicts
+        if old_v == new_v and (prev.policy, prev.threshold) == (cand.policy, cand.threshold):
+            continue  # nothing of it changed (most candidates at most steps)
         flips = [c for c in cand.comparisons if old_v.get(c.concurrency) != new_v[c.concurrency]]
         flipped = tuple(describe(c) for c in flips)
         used = [x for c in (flips or list(cand.comparisons)) for x in (c.a, c.b)]

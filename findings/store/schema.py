@@ -348,8 +348,12 @@ def _params(params: dict[str, Any], canon: dict[str, str], types: tuple[type, ..
     if float not in types:
         # Names and strings interned: a run's pickle in the render cache
         # then holds each once, whichever run first read a shared dict.
-        return _shared(("params", tuple(params.items()), types),  # type: ignore[no-any-return]
-                       lambda: {sys.intern(k): sys.intern(v) if type(v) is str else v for k, v in params.items()})
+        key = ("params", tuple(params), tuple(params.values()), types)
+        found = _SHARED.get(key)
+        if found is None:
+            found = _shared(key, lambda: {sys.intern(k): sys.intern(v) if type(v) is str else v
+                                          for k, v in params.items()})
+        return found  # type: ignore[no-any-return]
     return {k: canon.setdefault(v, v) if type(v) is str else v for k, v in params.items()}
 
 

@@ -21,7 +21,7 @@ import collections
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Collection, Iterable, Iterator, Mapping, Sequence, overload
+from typing import Collection, Iterable, Iterator, Mapping, NamedTuple, Sequence, overload
 
 from findings.derive import crossover as crossover_mod
 from findings.core.model import THROUGHPUT, Dataset, Point
@@ -62,8 +62,12 @@ class Rules:
     objective: Objective = field(default_factory=Objective)
 
 
-@dataclass(frozen=True, slots=True)
-class Cell:
+class Cell(NamedTuple):
+    """One (workload, campaign, config, C): the mean of its valid points.
+    A named tuple, not a frozen dataclass: a store of a million points makes
+    as many cells, and a tuple is made at C speed (a frozen dataclass sets
+    each field through object.__setattr__; issue 38)."""
+
     workload: str
     campaign: str
     rank: int  # the campaign's place in replay order
@@ -84,9 +88,9 @@ class Cell:
         return (self.hi - self.lo) / self.mean
 
 
-@dataclass(frozen=True, slots=True)
-class Comparison:
-    """``a`` measured against the reference ``b``."""
+class Comparison(NamedTuple):
+    """``a`` measured against the reference ``b``. A named tuple, as ``Cell``:
+    the history's replay makes one per candidate and C at every campaign."""
 
     a: Cell
     b: Cell
@@ -356,9 +360,8 @@ def cells(data: Dataset, rules: Rules | None = None,
         if len(pts) == 1:
             p = pts[0]
             value = p.metrics[THROUGHPUT]
-            out.append(Cell(workload=workload, campaign=campaign, rank=r, config=config, concurrency=conc,
-                            mean=value, lo=value, hi=value, n=1, point_ids=(p.id,), values=(value,),
-                            series=point_series(p)))
+            out.append(Cell(workload, campaign, r, config, conc, value, value, value, 1, (p.id,), (value,),
+                            point_series(p)))
             continue
         pts.sort(key=lambda p: p.id)
         values = tuple(p.metrics[THROUGHPUT] for p in pts)
@@ -551,8 +554,7 @@ class Table:
             lazy = self.verdicts_only if verdict_only is None else verdict_only
             if not (lazy and _verdict_settled(samples, ratio - 1.0, band)):
                 ci = self._ci(samples[0], samples[1], a, b)
-        return Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci, method=method,
-                          capped=drift > rules.drift_cap)
+        return Comparison(a, b, ratio, band, paired, drift, ci, method, drift > rules.drift_cap)
 
     def cross_of(self, comp: Comparison, campaigns: Collection[str] | None = None) -> list[Comparison]:
         """The comparison's candidate cell against the baseline of every other
@@ -604,8 +606,7 @@ class Table:
             ci = None
             if samples is not None and not _verdict_settled(samples, ratio - 1.0, band):
                 ci = self._ci(samples[0], samples[1], a, b)
-            made = Comparison(a=a, b=b, ratio=ratio, band=band, paired=paired, drift=drift, ci=ci,
-                              method=method, capped=capped)
+            made = Comparison(a, b, ratio, band, paired, drift, ci, method, capped)
             if unlike is None or made.verdict != unlike:
                 yield made
 

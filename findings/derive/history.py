@@ -8,6 +8,7 @@ behind it, is that campaign's entry. Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -238,13 +239,31 @@ def _chain(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
         cs = by_rank.get(rank, [])
         configs = sorted({c.config for c in cs})
         facts = [(n, sorted(data.facts.get((n, campaign.name), {}).items(), key=repr)) for n in configs]
-        cells_repr = [(c.workload, c.config, c.concurrency, c.mean, c.lo, c.hi, c.n, c.point_ids, c.values, c.series)
-                      for c in cs]
         cuts = sorted((w, [(c, sorted(r)) for c, r in sorted(b.items())]) for w, b in breaks_at(rank).items())
-        link = repr((h, campaign, cells_repr, facts, cuts))
-        h = hashlib.sha256(link.encode()).hexdigest()
+        link = hashlib.sha256(repr((h, campaign, facts, cuts)).encode())
+        _cells_digest(link, cs)
+        h = link.hexdigest()
         out.append(h)
     return out
+
+
+def _cells_digest(h: "hashlib._Hash", cs: list[Cell]) -> None:
+    """Adds the cells to ``h``: their names, Cs, counts and point ids as
+    text (names hold no control characters: the store refuses them), and
+    every float's bits, packed (a repr of each float took most of a
+    resumed render's hashing; issue 38)."""
+    floats = array("d")
+    text = []
+    for c in cs:
+        text.append(f"{c.workload}\x00{c.config}\x00{c.concurrency}\x00{c.n}\x00{len(c.values)}\x00"
+                    f"{len(c.series)}\x00" + "\x01".join(c.point_ids))
+        floats.append(c.mean)
+        floats.append(c.lo)
+        floats.append(c.hi)
+        floats.extend(c.values)
+        floats.extend(c.series)
+    h.update("\x02".join(text).encode())
+    h.update(floats.tobytes())
 
 
 def steps(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,

@@ -119,3 +119,36 @@ def ratio_bounds(a: Sequence[float], b: Sequence[float]) -> tuple[float, float] 
     if not a or not b or len(a) + len(b) > 100_000 or min(a) < 0 or min(b) <= 0:
         return None
     return (min(a) / max(b) * (1 - 1e-9), max(a) / min(b) * (1 + 1e-9))
+
+
+def table_rows(packed: bytes, width: int, above: Sequence[tuple[int, float]],
+               short: Sequence[tuple[int, int, float]],
+               distinct: Sequence[int]) -> tuple[list[int], list[tuple[float, ...]], list[int]]:
+    """A table of doubles (``packed``: rows of ``width`` values in native
+    order, as ``array('d')`` holds them), read in columns at C speed (the
+    validity gates, findings/derive/validity.py):
+
+    - the rows where any ``above`` column ``(i, limit)`` holds a value over
+      its limit, or any ``short`` pair ``(i, j, share)`` holds
+      ``x[i] < share * x[j]`` with ``x[j] != 0`` (NaN is over no limit and
+      short of nothing, as in Python);
+    - the distinct rows of the ``distinct`` columns, and each row's place
+      among them (none without columns)."""
+    import numpy as np
+
+    table = np.frombuffer(packed, dtype=np.float64).reshape(-1, width)
+    hit = np.zeros(len(table), dtype=bool)
+    for i, limit in above:
+        hit |= table[:, i] > limit
+    for i, j, share in short:
+        hit |= (table[:, j] != 0) & (table[:, i] < share * table[:, j])
+    if not distinct:
+        return np.flatnonzero(hit).tolist(), [], []
+    keys = table[:, list(distinct)]
+    order = np.lexsort(keys.T[::-1])
+    ranked = keys[order]
+    first = np.ones(len(ranked), dtype=bool)
+    first[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
+    inverse = np.empty(len(ranked), dtype=np.intp)
+    inverse[order] = np.cumsum(first) - 1
+    return (np.flatnonzero(hit).tolist(), [tuple(row) for row in ranked[first].tolist()], inverse.tolist())

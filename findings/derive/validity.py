@@ -14,9 +14,11 @@ imported point whose file cannot tell how many requests failed has
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Mapping
 
-from findings.core.model import Dataset, Point, Scalar
+from findings.core.model import Dataset, Point, Scalar, packed_tables
+from findings.derive import stats
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,10 @@ class Gates:
 
 
 NO_SPEC = {"", "none", "null", "off", "false", "no"}
+
+#: Metrics that say the server reported speculative acceptance: SGLang's
+#: accept length, llama.cpp's accepted share of drafts.
+ACCEPT_KEYS = ("accept_length", "accept_length_metrics", "draft_acceptance", "draft_acceptance_metrics")
 
 
 def speculative(facts: Mapping[str, Scalar]) -> bool | None:
@@ -108,11 +114,14 @@ def counts(p: Point) -> Counts:
     kept per-request records but no ``failed`` count (stored before the
     importers counted them) is counted from those records' errors."""
     m = p.metrics
-    p_, c_, f_ = m.get("planned"), m.get("completed"), m.get("failed")
+    f_ = m.get("failed")
+    if f_ is not None:
+        return _counted(m.get("planned"), m.get("completed"), f_)
+    p_, c_ = m.get("planned"), m.get("completed")
     planned = int(p_) if p_ is not None else None
     completed = int(c_) if c_ is not None else None
-    failed = int(f_) if f_ is not None else None
-    records = records_counted(p) if failed is None else None
+    failed = None
+    records = records_counted(p)
     if records is not None:
         errors = records["error"]
         if isinstance(errors, list) and all(isinstance(e, str) for e in errors):
@@ -124,14 +133,19 @@ def counts(p: Point) -> Counts:
     return Counts(planned=planned, completed=completed, failed=failed)
 
 
+def _counted(p_: float | None, c_: float | None, f_: float) -> Counts:
+    """The counts of a point that recorded its failures."""
+    return Counts(planned=int(p_) if p_ is not None else None, completed=int(c_) if c_ is not None else None,
+                  failed=int(f_))
+
+
 def reasons(p: Point, facts: Mapping[str, Scalar], gates: Gates, n: Counts | None = None) -> tuple[str, ...]:
     """Why the point fails a gate (empty: it passes). ``n``: its ``counts``, if known."""
     return _reasons(p, speculative(facts), gates, counts(p) if n is None else n)
 
 
-def _reasons(p: Point, spec: bool | None, gates: Gates, n: Counts) -> tuple[str, ...]:
-    """``reasons``, with the config's ``speculative(facts)`` known."""
-    m = p.metrics
+def _count_reasons(n: Counts, gates: Gates) -> tuple[str, ...]:
+    """The gates that read only a point's request counts."""
     out = []
     if n.all_failed:
         sent = n.planned if n.planned is not None else n.failed
@@ -144,6 +158,13 @@ def _reasons(p: Point, spec: bool | None, gates: Gates, n: Counts) -> tuple[str,
                        f"{gates.max_failed_fraction:.0%})")
         if n.planned and n.completed is not None and n.completed + n.failed < n.planned:
             out.append(f"finished {n.completed + n.failed} of {n.planned} planned requests")
+    return tuple(out)
+
+
+def _reasons(p: Point, spec: bool | None, gates: Gates, n: Counts) -> tuple[str, ...]:
+    """``reasons``, with the config's ``speculative(facts)`` known."""
+    m = p.metrics
+    out = list(_count_reasons(n, gates))
     lag = m.get("client_loop_lag_p99_ms")
     if lag is not None and lag > gates.max_client_lag_ms:
         out.append(f"client event-loop lag p99 {lag:.1f} ms > {gates.max_client_lag_ms:g} ms: client-bound")
@@ -161,9 +182,7 @@ def _reasons(p: Point, spec: bool | None, gates: Gates, n: Counts) -> tuple[str,
     if achieved is not None and offered and achieved < gates.min_achieved_share * offered:
         out.append(f"sent {achieved:.3g} requests/s of the schedule's {offered:.3g} "
                    f"({achieved / offered:.0%}, limit {gates.min_achieved_share:.0%}): client-bound")
-    # SGLang reports an accept length; llama.cpp the accepted share of drafts.
-    has_accept = any(k in m for k in ("accept_length", "accept_length_metrics", "draft_acceptance",
-                                      "draft_acceptance_metrics"))
+    has_accept = any(k in m for k in ACCEPT_KEYS)
     # A schedule that stops drafting at this batch size (vLLM's per-batch-size
     # K = 0) reports its counters with zero drafts: no acceptance, and no contradiction.
     drafted_nothing = m.get("draft_tokens_metrics") == 0
@@ -181,28 +200,66 @@ def flagged(data: Dataset, gates: Gates) -> dict[str, tuple[str, ...]]:
 
 
 def assess(data: Dataset, gates: Gates) -> tuple[dict[str, tuple[str, ...]], dict[str, Counts]]:
-    """``flagged`` and every point's ``counts``, in one pass (each point counted once)."""
-    out = {}
-    every: dict[str, Counts] = {}
-    spec: dict[str, bool | None] = {}  # config -> speculative(its facts): once per config, not per point
+    """``flagged`` and every point's ``counts``, in one pass (each point counted once).
+
+    In columns (issue 38): the stored points whose metrics share one layout
+    form a table of doubles (core.model.packed_tables). From it, at C speed,
+    come their counts (one object per distinct recorded (planned,
+    completed, failed)) and the rows a gate on a metric's value may flag.
+    Only those rows, the points whose counts fail a gate, those whose
+    config's speculation may contradict what they report, and points not
+    stored (metrics in a dict) are judged one by one (``_reasons``, which
+    words the reasons)."""
+    points = data.points
+    configs = list(map(attrgetter("config"), points))
+    # config -> speculative(its facts): once per config, not per point
+    spec = {c: speculative(data.configs.get(c, {})) for c in dict.fromkeys(configs)}
+    specs = list(map(spec.__getitem__, configs))
+    tables, judge = packed_tables(list(map(attrgetter("metrics"), points)))
+    slots: list[Counts | None] = [None] * len(points)
     # Counts are frozen, and most points share theirs: one object per distinct
     # recorded (planned, completed, failed), not one per point (D131).
     shared: dict[tuple[float | None, float | None, float], Counts] = {}
-    for p in data.points:
-        m = p.metrics
-        failed = m.get("failed")
-        if failed is not None:  # recorded: counts() reads no records
-            key = (m.get("planned"), m.get("completed"), failed)
+    for index, where, packed in tables:
+        # What it reports may contradict its config: acceptance without
+        # speculation, or (perhaps: _reasons says) none with it.
+        contradicts = not any(k in index for k in ACCEPT_KEYS)
+        judge.extend(i for i in where if specs[i] is contradicts)
+        above = [(index[k], limit) for k, limit in (("client_loop_lag_p99_ms", gates.max_client_lag_ms),
+                                                     ("client_cpu_fraction", gates.max_client_cpu),
+                                                     # its limit is at least this (a slow schedule widens it)
+                                                     ("send_lateness_p99_ms", gates.max_send_lateness_ms))
+                 if k in index]
+        short = ([(index["achieved_rate_req_s"], index["offered_rate_req_s"], gates.min_achieved_share)]
+                 if "achieved_rate_req_s" in index and "offered_rate_req_s" in index else [])
+        cols = [c for c in ("planned", "completed", "failed") if c in index] if "failed" in index else []
+        rows, recorded, inverse = stats.table_rows(packed, len(index), above, short, [index[c] for c in cols])
+        judge.extend(where[r] for r in rows)
+        if not cols:  # no failed count: counted from the records, point by point
+            for i in where:
+                slots[i] = counts(points[i])
+            continue
+        made = []
+        for row in recorded:
+            got = dict(zip(cols, row))
+            key = (got.get("planned"), got.get("completed"), got["failed"])
             n = shared.get(key)
             if n is None:
-                n = shared[key] = counts(p)
-            every[p.id] = n
-        else:
-            n = every[p.id] = counts(p)
-        config = p.config
-        if config not in spec:
-            spec[config] = speculative(data.configs.get(config, {}))
-        why = _reasons(p, spec[config], gates, n)
+                n = shared[key] = _counted(*key)
+            made.append(n)
+        failing = {k for k, n in enumerate(made) if _count_reasons(n, gates)}
+        if failing:
+            judge.extend(i for i, k in zip(where, inverse) if k in failing)
+        for i, n in zip(where, map(made.__getitem__, inverse)):
+            slots[i] = n
+    for i in judge:
+        if slots[i] is None:
+            slots[i] = counts(points[i])
+    every: dict[str, Counts] = dict(zip(map(attrgetter("id"), points), slots))  # type: ignore[arg-type]
+    out = {}
+    for i in sorted(set(judge)):
+        p = points[i]
+        why = _reasons(p, specs[i], gates, slots[i])  # type: ignore[arg-type]
         if why:
             out[p.id] = why
     return out, every

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -262,7 +261,7 @@ def test_the_document_has_a_deploy_block_and_no_wrong_flag() -> None:
 def test_a_simulated_policy_says_so() -> None:
     data = cases_dataset()
     sim = Dataset(campaigns=data.campaigns, configs=data.configs,
-                  points=tuple(replace(p, source="simulated") for p in data.points))
+                  points=tuple(p._replace(source="simulated") for p in data.points))
     (d,) = deploy.plan(sim, conclude(sim, Rules()), workload="policy-on-above (simulated)")
     assert d.notes[0].startswith("SIMULATED: derived from the findings emulator's model")
     assert d.engine("sglang").file == "policy-on-above.policy-on-above_simulated.sglang-adaptive.json"

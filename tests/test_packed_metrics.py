@@ -94,7 +94,7 @@ def test_equal_looking_facts_of_other_types_are_not_shared(tmp_path: Path) -> No
         run = _run(dict(AWKWARD), run_id=f"bench-20260101-{i:010d}")
         # A campaign and a workload of its own each: the store's guard rails
         # refuse one config or one workload name with two definitions.
-        point = dataclasses.replace(run.points[0], campaign=f"c{i}", workload=f"w{i}",
+        point = run.points[0]._replace(campaign=f"c{i}", workload=f"w{i}",
                                     workload_params={"flag": v, "n": 64})
         runs.append(dataclasses.replace(run, environment={"x": v}, configs={"baseline": {"x": v}},
                                         campaigns=(Campaign(name=f"c{i}", date=f"2026-01-0{i + 1}"),),

@@ -14,7 +14,6 @@ import importlib.util
 import json
 import random
 import zlib
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -420,7 +419,7 @@ def test_a_changed_earlier_campaign_replays_from_the_start():
     replay(data, rules, cache=cache)
     first = data.campaigns[0].name
     changed = Dataset(campaigns=data.campaigns, configs=data.configs, points=tuple(
-        replace(p, metrics={THROUGHPUT: p.metrics[THROUGHPUT] * 1.5}) if p.campaign == first else p
+        p._replace(metrics={THROUGHPUT: p.metrics[THROUGHPUT] * 1.5}) if p.campaign == first else p
         for p in data.points))
     assert replay(changed, rules, cache=cache) == replay(changed, rules)
     assert cache.replayed == len(data.campaigns)

@@ -108,7 +108,7 @@ def _variant(run, tag: str, **points_changes):
     """``run`` as another file (its own id, content hash and lines), its points changed."""
     import dataclasses
     rid = f"{run.run_id}-{tag}"
-    pts = tuple(dataclasses.replace(p, id=f"{rid}/{i}", run_id=rid, source_line=None, **points_changes)
+    pts = tuple(p._replace(id=f"{rid}/{i}", run_id=rid, source_line=None, **points_changes)
                 for i, p in enumerate(run.points))
     return dataclasses.replace(run, run_id=rid, source_sha256=f"{tag:0>64}"[-64:], points=pts,
                                line_hashes=frozenset(f"{h}-{tag}" for h in run.line_hashes))

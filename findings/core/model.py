@@ -12,7 +12,8 @@ from array import array
 from dataclasses import dataclass, field
 from itertools import groupby
 from operator import attrgetter
-from typing import Any, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 #: Where a point came from. Simulated points are never pooled with real ones.
 SOURCES = ("import", "runner", "simulated")
@@ -22,6 +23,9 @@ THROUGHPUT = "output_throughput_tok_s"
 
 Scalar = str | int | float | bool | None
 
+
+#: A point's workload parameters when none are given (read-only: shared).
+_NO_PARAMS: Mapping[str, Scalar] = MappingProxyType({})
 
 #: A key order -> its index (one per distinct order, shared by every point
 #: that has it).
@@ -131,11 +135,14 @@ class Campaign:
         return f"order {self.order}" if self.order is not None else "undated"
 
 
-@dataclass(frozen=True, slots=True)
-class Point:
+class Point(NamedTuple):
     """One stored measurement. ``metrics`` holds THROUGHPUT, except for points
     that measure something other than a server's output (findings' own
-    render times in the perf store), which the analysis leaves out."""
+    render times in the perf store), which the analysis leaves out.
+
+    A named tuple, not a frozen dataclass: a store of a million points is
+    read into as many, and a tuple is made (and unpickled from the render
+    cache) several times faster; ``p._replace(...)`` changes a field."""
 
     id: str
     run_id: str
@@ -148,17 +155,12 @@ class Point:
     source_file: str | None
     source_line: int | None
     note: str | None = None
-    workload_params: Mapping[str, Scalar] = field(default_factory=dict)
+    workload_params: Mapping[str, Scalar] = _NO_PARAMS
     requests: Mapping[str, object] | None = None
     #: Derived, never stored: output tokens/s per time window, computed from
     #: ``requests`` (stats.window_series). Set by the render cache, which
     #: keeps this instead of the records; None: compute it from ``requests``.
     series: tuple[float, ...] | None = None
-
-    def __reduce__(self) -> tuple[type["Point"], tuple[object, ...]]:
-        # Unpickled through __init__ (the render cache): several times faster
-        # than the generic state of a frozen dataclass with slots.
-        return (Point, tuple(getattr(self, name) for name in self.__slots__))
 
     @property
     def throughput(self) -> float:
@@ -229,7 +231,8 @@ class Run:
     sidecar: Sidecar | None = None
 
     def __reduce__(self) -> tuple[type["Run"], tuple[object, ...]]:
-        # Through __init__, as Point (the render cache).
+        # Unpickled through __init__ (the render cache): several times faster
+        # than the generic state of a frozen dataclass with slots.
         return (Run, tuple(getattr(self, name) for name in self.__slots__))
 
 

@@ -244,7 +244,7 @@ def _derived(run: Run) -> Run:
     what validity.counts reads of them)."""
     if not any(p.requests for p in run.points):
         return run
-    points = tuple(dataclasses.replace(p, series=point_series(p), requests=records_counted(p)) if p.requests else p
+    points = tuple(p._replace(series=point_series(p), requests=records_counted(p)) if p.requests else p
                    for p in run.points)
     return dataclasses.replace(run, points=points)
 

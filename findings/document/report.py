@@ -294,10 +294,17 @@ def _sources(points: list[Point], runs: Mapping[str, Run]) -> list[str]:
 
 def _environment(data: Dataset, limit: int) -> Table:
     facts: dict[str, dict[str, set[str]]] = {}
-    run_campaigns = {r.run_id: sorted({c.name for c in r.campaigns}) for r in data.runs}
+    # The runs of one environment together: runs read in one process share
+    # equal environments (a store of `findings bench` has a run per point).
+    by_env: dict[int, tuple[Mapping[str, Any], set[str]]] = {}
     for run in data.runs:
-        for k, v in run.environment.items():
-            facts.setdefault(k, {}).setdefault(_scalar(v), set()).update(run_campaigns[run.run_id])
+        env = by_env.get(id(run.environment))
+        if env is None:
+            env = by_env[id(run.environment)] = (run.environment, set())
+        env[1].update(c.name for c in run.campaigns)
+    for environment, names in by_env.values():
+        for k, v in environment.items():
+            facts.setdefault(k, {}).setdefault(_scalar(v), set()).update(names)
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
     rows = []
     for k in sorted(facts):

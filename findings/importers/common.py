@@ -127,7 +127,7 @@ def make_run(src: Source, importer: str, version: str, source: str, *,
                          f"them from separate files")
     if emulated:
         source = "simulated"
-        points = [replace(p, source=source) for p in points]
+        points = [p._replace(source=source) for p in points]
     return Run(
         schema_version=SCHEMA_VERSION,
         run_id=run_id(importer, src.sha256),
@@ -313,7 +313,7 @@ def split_workloads(points: list[Point], importer: str, workload: str,
                              f"the file gives workload {workload!r} several definitions, and the name for one of "
                              f"them, {name[:60]!r}..., is longer than a store name may be (200 characters); "
                              "pass a shorter --workload")
-        out.append(replace(p, workload=name))
+        out.append(p._replace(workload=name))
         if name not in names:
             names.append(name)
     return out, tuple(names)
@@ -411,7 +411,7 @@ def apply_slo(run: Run, slo: SloOption) -> Run:
         if slo.tpot_ms is not None:
             params["slo_tpot_ms"] = slo.tpot_ms
         params["slo_attainment"] = slo.attainment if slo.attainment is not None else DEFAULT_ATTAINMENT
-        points.append(replace(p, metrics=metrics, workload_params=params))
+        points.append(p._replace(metrics=metrics, workload_params=params))
     return replace(run, points=tuple(points))
 
 

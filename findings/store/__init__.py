@@ -70,17 +70,32 @@ def merge(runs: list[Run]) -> Dataset:
 
     configs: dict[str, dict[str, Scalar]] = {}
     facts: dict[tuple[str, str], dict[str, Scalar]] = {}
+    # The facts last written into each: writing the same object again
+    # changes nothing (runs read in one process share equal facts, and a
+    # store of `findings bench` has a run per point).
+    last: dict[object, object] = {}
+    nothing: Mapping[str, Scalar] = {}
+    no_configs: Mapping[str, Mapping[str, Scalar]] = {}
     for run in sorted(runs, key=lambda r: (latest(r), r.run_id)):
         measured = {(p.config, p.campaign) for p in run.points}
         for name, run_facts in run.configs.items():
-            configs.setdefault(name, {}).update(run_facts)
+            if last.get(name) is not run_facts:
+                configs.setdefault(name, {}).update(run_facts)
+                last[name] = run_facts
         for campaign in sorted(run.campaign_configs, key=lambda n: rank[n]):
             for name, run_facts in run.campaign_configs[campaign].items():
-                configs.setdefault(name, {}).update(run_facts)
+                if last.get(name) is not run_facts:
+                    configs.setdefault(name, {}).update(run_facts)
+                    last[name] = run_facts
         for config, campaign in sorted(measured):
-            here = facts.setdefault((config, campaign), {})
-            here.update(run.configs.get(config, {}))
-            here.update(run.campaign_configs.get(campaign, {}).get(config, {}))
+            given = run.configs.get(config, nothing)
+            only = run.campaign_configs.get(campaign, no_configs).get(config, nothing)
+            key = (config, campaign)
+            if last.get(key) != (id(given), id(only)):
+                here = facts.setdefault(key, {})
+                here.update(given)
+                here.update(only)
+                last[key] = (id(given), id(only))
     points = tuple(p for run in runs for p in run.points)
     return Dataset(campaigns=ordered, points=points, configs=configs, runs=tuple(runs), facts=facts)
 

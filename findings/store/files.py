@@ -135,7 +135,7 @@ def parse_sidecar(raw: bytes, sidecar: Sidecar, run_id: str, label: str,
 def with_requests(run: Run, records: Mapping[int, Mapping[str, object]]) -> Run:
     """The run with its sidecar's records (``read_sidecar``, ``parse_sidecar``)
     put back into its points."""
-    points = tuple(dataclasses.replace(p, requests=records[i]) if i in records else p
+    points = tuple(p._replace(requests=records[i]) if i in records else p
                    for i, p in enumerate(run.points))
     return dataclasses.replace(run, points=points)
 

@@ -42,6 +42,9 @@ _NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
 #: (orjson: 64-bit integers only) turned into a float; see run_from_dict.
 _BIG = 2.0 ** 63
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+#: A fact of these types needs no check beyond its type (no float: NaN,
+#: infinities and floats that were big integers are refused one by one).
+_FACT_TYPES = frozenset({str, int, bool, type(None)})
 _FLOAT = {float}
 
 def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
@@ -232,7 +235,12 @@ class _Reader:
     def __init__(self, path: str, big_floats: bool = True) -> None:
         self.path = path
         self.big_floats = big_floats
-        self.names: set[str] = set()  # names already found valid
+        # Names already found valid, by any reader in this process (a name's
+        # validity is its own: a store of `findings bench` repeats its names
+        # in every run file); emptied when it grows past SHARED_MAX.
+        if len(_VALID_NAMES) >= SHARED_MAX:
+            _VALID_NAMES.clear()
+        self.names: set[str] = _VALID_NAMES
 
     def fail(self, where: str, message: str) -> StoreError:
         return StoreError(f"{self.path}: field '{where}': {message}")
@@ -303,7 +311,18 @@ class _Reader:
             raise self.fail(where, "a float this large may have been an integer; read exactly")
 
     def shared_scalars(self, v: Any, where: str) -> dict[str, Scalar]:
-        """``scalars``, the one dict of equal facts read before when there is one."""
+        """``scalars``, the one dict of equal facts read before when there is one.
+        Facts of strings, integers, booleans and nulls only are valid by their
+        types alone, and keyed by their names, values and types (at C speed:
+        a store of `findings bench` repeats them in every run file); others
+        are checked, and keyed by their repr (which tells 0.0 from -0.0)."""
+        if type(v) is dict:
+            types = tuple(map(type, v.values()))
+            if _FACT_TYPES.issuperset(types):
+                found = _SHARED.get(("facts", tuple(v), tuple(v.values()), types))
+                if found is not None:
+                    return found  # type: ignore[no-any-return]
+                return _shared(("facts", tuple(v), tuple(v.values()), types), lambda: v)  # type: ignore[no-any-return]
         d = self.scalars(v, where)
         return _shared(("facts", repr(d)), lambda: d)  # type: ignore[no-any-return]
 
@@ -324,6 +343,7 @@ class _Reader:
 #: read; keyed by type and value (repr tells 1 from 1.0 from True, and 0.0
 #: from -0.0). Emptied when it grows past SHARED_MAX.
 _SHARED: dict[Any, Any] = {}
+_VALID_NAMES: set[str] = set()
 SHARED_MAX = 65536
 _NO_HASHES: frozenset[str] = frozenset()
 
@@ -405,14 +425,20 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
     for i, c in enumerate(r.array(doc.get("campaigns"), "campaigns")):
         c = r.obj(c, f"campaigns[{i}]")
         name = r.name(c.get("name"), f"campaigns[{i}].name")
-        date = r.string(c.get("date"), f"campaigns[{i}].date", optional=True)
-        if date is not None and not valid_date(date):
-            raise r.fail(f"campaigns[{i}].date", f"expected YYYY-MM-DD, got {date!r}")
-        order = r.integer(c.get("order"), f"campaigns[{i}].order", optional=True)
+        date, order = c.get("date"), c.get("order")
+        # The same campaign read before (in another run file): valid as it was.
+        known = (_SHARED.get(("campaign", name, date, order))
+                 if type(date) in (str, type(None)) and type(order) in (int, type(None)) else None)
+        if known is None:
+            date = r.string(date, f"campaigns[{i}].date", optional=True)
+            if date is not None and not valid_date(date):
+                raise r.fail(f"campaigns[{i}].date", f"expected YYYY-MM-DD, got {date!r}")
+            order = r.integer(order, f"campaigns[{i}].order", optional=True)
+            known = _shared(("campaign", name, date, order), lambda: Campaign(name=name, date=date, order=order))
         if name in seen:
             raise r.fail(f"campaigns[{i}].name", f"campaign {name!r} listed twice")
         seen.add(name)
-        campaigns.append(_shared(("campaign", name, date, order), lambda: Campaign(name=name, date=date, order=order)))
+        campaigns.append(known)
     configs: dict[str, Mapping[str, Scalar]] = {}
     for k, v in r.obj(doc.get("configs"), "configs").items():
         configs[r.name(k, "configs")] = r.shared_scalars(v, f"configs.{k}")

@@ -16,7 +16,6 @@ import json
 import signal
 import socket
 import tempfile
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -101,7 +100,7 @@ def merge(runs: list[Run], campaign: Campaign, config: str, extra: Mapping[str, 
                       + [campaign.name, sorted(extra.items(), key=lambda kv: kv[0])], default=str)
     sha = hashlib.sha256(body.encode()).hexdigest()
     run_id = f"{campaign.name}-t{int(extra.get(tuning.TRIAL) or 0):03d}-{sha[:10]}"
-    fixed = tuple(replace(p, id=point_id(run_id, i), run_id=run_id, campaign=campaign.name)
+    fixed = tuple(p._replace(id=point_id(run_id, i), run_id=run_id, campaign=campaign.name)
                   for i, p in enumerate(points))
     provenance = {**first.provenance, **extra}
     provenance.pop("repeat", None)

@@ -30,6 +30,8 @@ _NO_PARAMS: Mapping[str, Scalar] = MappingProxyType({})
 #: A key order -> its index (one per distinct order, shared by every point
 #: that has it).
 _KEYS: dict[tuple[str, ...], dict[str, int]] = {}
+#: id(an index) -> its key order (indexes live as long as _KEYS holds them).
+_ORDER: dict[int, tuple[str, ...]] = {}
 
 
 class Metrics(Mapping[str, float]):
@@ -73,7 +75,9 @@ class Metrics(Mapping[str, float]):
         return repr(dict(self))
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (_metrics, (tuple(self._index), self._values.tobytes()))
+        # The one tuple of its key order: a pickle of many points holds it once.
+        keys = _ORDER.get(id(self._index)) or tuple(self._index)
+        return (_metrics, (keys, self._values.tobytes()))
 
 
 def packed_tables(metrics: Sequence[Mapping[str, float]]) -> tuple[
@@ -105,14 +109,13 @@ def _index_of(keys: tuple[str, ...]) -> dict[str, int]:
     index = _KEYS.get(keys)
     if index is None:
         index = _KEYS.setdefault(keys, {k: i for i, k in enumerate(keys)})
+        _ORDER.setdefault(id(index), keys)
     return index
 
 
 def _metrics(keys: tuple[str, ...], packed: bytes) -> Metrics:
     """Unpickles a Metrics (the render cache)."""
-    values = array("d")
-    values.frombytes(packed)
-    return Metrics(_index_of(keys), values)
+    return Metrics(_index_of(keys), array("d", packed))
 
 
 @dataclass(frozen=True)

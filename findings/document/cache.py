@@ -119,9 +119,10 @@ def _write(path: Path, data: bytes) -> None:
         diskio.write_replace(path, data, durable=False)
 
 
-def _read_pickle(path: Path) -> Any:
+def _read_pickle(path: Path | str) -> Any:
+    """The entry, or None when it is missing or cannot be read."""
     try:
-        with path.open("rb") as f:
+        with open(path, "rb") as f:
             return pickle.load(f)
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, TypeError, ValueError,
             IndexError, KeyError, MemoryError):
@@ -262,19 +263,20 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
         with store_mod.quiet_gc():
             return _load_uncached(folder_, found)
     code = code_fingerprint()
+    top, entries = str(folder_), str(found.cache / "runs")  # strings: no Path per file
     with store_mod.quiet_gc():
         for name, key in found.files:
-            path = folder_ / name
+            path = f"{top}/{name}"
             # The entry is the run's content as this code derived it: other
             # code (another findings, another Python) never reads it.
             key = hashlib.sha256(f"{code}|{key}".encode()).hexdigest()
-            entry = found.cache / "runs" / key[:2] / f"{key}.pickle" if found.cache is not None else None
-            run = _read_pickle(entry) if entry is not None and entry.exists() else None
+            entry = f"{entries}/{key[:2]}/{key}.pickle"
+            run = _read_pickle(entry)  # None when missing
             if not _plausible(run, name):
-                run = _derived(store_mod.read_run(path, requests=_needs_records))
-                if entry is not None:
-                    _write(entry, pickle.dumps(dataclasses.replace(run, path=None), protocol=pickle.HIGHEST_PROTOCOL))
-            runs.append(dataclasses.replace(run, path=str(path)))
+                run = _derived(store_mod.read_run(Path(path), requests=_needs_records))
+                _write(Path(entry), pickle.dumps(dataclasses.replace(run, path=None),
+                                                 protocol=pickle.HIGHEST_PROTOCOL))
+            runs.append(dataclasses.replace(run, path=path))
     return store_mod.merge(runs)
 
 

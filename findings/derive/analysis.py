@@ -20,6 +20,7 @@ import bisect
 import collections
 import functools
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Iterator, Mapping, NamedTuple, Sequence, overload
 
@@ -385,6 +386,9 @@ def _mean(values: tuple[float, ...]) -> float:
     return math.fsum(values) / len(values)
 
 
+_RANK = operator.attrgetter("rank")
+
+
 class Table:
     """Cells of one workload, indexed for the comparisons.
 
@@ -428,35 +432,36 @@ class Table:
         (config, C) appears, the drift at the Cs the baseline was measured at."""
         base = self.rules.baseline
         commons = self._common
+        by_key, latest_of, ranked, together_at, peaks = self.by_key, self._latest, self._ranked, self._together, \
+            self._peak
         new_key = False
         drift_at: set[int] = set()
-        for cell in sorted(cells, key=lambda c: c.rank):
-            conc = cell.concurrency
-            key = (cell.config, conc)
-            mine = self.by_key.get(key)
+        for cell in sorted(cells, key=_RANK):
+            _, campaign, rank, config, conc, mean, *_ = cell
+            key = (config, conc)
+            mine = by_key.get(key)
             if mine is None:
-                mine = self.by_key[key] = {}
+                mine = by_key[key] = {}
                 new_key = True
-            mine[cell.campaign] = cell
-            latest = self._latest.get(key)
-            if latest is None or cell.rank > latest.rank:
-                self._latest[key] = cell
-                self._peak.pop(cell.config, None)
-                found = self._ranked.get(key)
+            mine[campaign] = cell
+            latest = latest_of.get(key)
+            if latest is None or rank > latest.rank:
+                latest_of[key] = cell
+                peaks.pop(config, None)
+                found = ranked.get(key)
                 if found is None:
-                    self._ranked[key] = ([cell.rank], [cell])
+                    ranked[key] = ([rank], [cell])
                 else:
-                    found[0].append(cell.rank)
+                    found[0].append(rank)
                     found[1].append(cell)
             else:  # keep each key's cells in rank order (``before``)
-                if cell.rank < latest.rank:
-                    mine = self.by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
-                self._ranked[key] = ([c.rank for c in mine.values()], list(mine.values()))
-            here = (conc, cell.campaign)
-            together = self._together.get(here)
+                if rank < latest.rank:
+                    mine = by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
+                ranked[key] = ([c.rank for c in mine.values()], list(mine.values()))
+            here = (conc, campaign)
+            together = together_at.get(here)
             if together is None:
-                together = self._together[here] = {}
-            config, rank = cell.config, cell.rank
+                together = together_at[here] = {}
             for other in together:  # the configs measured with it there
                 pair = (config, other, conc)
                 common = commons.get(pair)
@@ -467,11 +472,11 @@ class Table:
                 if common is None or rank > common.rank:
                     commons[pair] = cell
             together[config] = cell
-            if cell.config == base:
+            if config == base:
                 means = self._base.get(conc)
                 if means is None:
                     means = self._base[conc] = collections.deque(maxlen=self.rules.drift_window or None)
-                means.append((cell.rank, cell.mean))
+                means.append((rank, mean))
                 drift_at.add(conc)
         if new_key:
             self.configs = tuple(sorted({k[0] for k in self.by_key}, key=self.config_order))

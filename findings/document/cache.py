@@ -35,8 +35,10 @@ import hashlib
 import json
 import os
 import pickle
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -280,24 +282,159 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
     return store_mod.merge(runs)
 
 
-def _load_uncached(folder_: Path, found: Scan) -> Dataset:
-    """Every run file read once, its seal checked from the same bytes (no
-    second read and hash of the store, D131). A thread for the hashing was
-    measured slower: the parser gives up the GIL at every file it opens."""
-    runs: list[Run] = []
-    edited: list[str] = []
-    top = str(folder_)
-    for name, _ in found.files:
+#: A store of at least this many run files is read by two processes when
+#: two cores are free (D133): this one reads the first half of the files,
+#: a forked one the second, in chunks it sends back pickled through a pipe
+#: (a run unpickles several times faster than it is parsed and checked).
+PARALLEL_FILES = 256
+#: The forked reader's files per chunk: at least this many, at most 64 chunks.
+CHUNK_FILES = 64
+
+#: What reading one run file gave: its run (or the error it raised) and
+#: whether its seal says it was edited by hand.
+_Read = tuple[Run | None, bool, BaseException | None]
+
+
+def _read_files(top: str, names: list[str]) -> list[_Read]:
+    """The run files, in order, up to the first that cannot be read."""
+    out: list[_Read] = []
+    for name in names:
         label = f"{top}/{name}"  # str(folder_ / name), without a Path per file
         try:
             with open(label, "rb") as f:
                 raw: bytes | None = f.read()
         except OSError:
             raw = None  # the reader says why
-        if raw is not None and seal_state(raw) == "edited":
+        edited = raw is not None and seal_state(raw) == "edited"
+        try:
+            run = _derived(store_mod.read_run(label, requests=_needs_records, raw=raw))
+        except Exception as exc:  # raised by the caller, in file order
+            out.append((None, edited, exc))
+            break
+        out.append((run if run.path == label else dataclasses.replace(run, path=label), edited, None))
+    return out
+
+
+def _read_in_child(top: str, chunks: list[list[str]], out: int) -> None:
+    """The forked reader: each chunk's ``_read_files``, pickled, written to
+    ``out`` as it is read (its length, then the pickle; a pickle of None
+    for a result that does not pickle), up to the first error."""
+    with os.fdopen(out, "wb") as pipe, store_mod.quiet_gc():
+        for chunk in chunks:
+            got = _read_files(top, chunk)
+            try:
+                blob = pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # an error object that does not pickle: the parent reads the chunk
+                blob = pickle.dumps(None)
+            pipe.write(len(blob).to_bytes(8, "little") + blob)
+            if got and got[-1][2] is not None:
+                return
+
+
+def _drain(fd: int, frames: list[bytes | None]) -> None:
+    """Every pickle the forked reader writes, as it comes (so that it never
+    waits on a full pipe while this process reads its own half), each kept
+    whole on its own; a frame cut short (the reader died) is left out."""
+    pending = bytearray()
+    with os.fdopen(fd, "rb") as pipe:
+        while block := pipe.read1(1 << 20):
+            pending += block
+            while len(pending) >= 8:
+                size = int.from_bytes(pending[:8], "little")
+                if len(pending) < 8 + size:
+                    break
+                frames.append(bytes(pending[8:8 + size]))
+                del pending[:8 + size]
+
+
+def _chunks_back(frames: list[bytes | None], count: int) -> list[list[_Read] | None]:
+    """The forked reader's chunks as it sent them, in order (each frame let
+    go once read): None for one it did not give back (it died first, or
+    the result did not pickle)."""
+    out: list[list[_Read] | None] = []
+    for k in range(min(count, len(frames))):
+        frame, frames[k] = frames[k], None
+        try:
+            out.append(pickle.loads(frame) if frame is not None else None)
+        except Exception:
+            out.append(None)
+    return out + [None] * (count - len(out))
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _read_all(top: str, names: list[str]) -> list[_Read]:
+    """``_read_files`` of every file: for a large store on two free cores,
+    the first half here and the second in a forked process (D133), else
+    all here. Whatever the forked reader does not give back is read here,
+    so the outcome, and the first error in file order, is the same either
+    way. The forked reader ends when this process does: its next write
+    finds the pipe closed, and an interrupted or failed read here kills it."""
+    if len(names) < PARALLEL_FILES or _cores() < 2 or not hasattr(os, "fork"):
+        return _read_files(top, names)
+    half = (len(names) + 1) // 2
+    theirs = names[half:]
+    size = max(CHUNK_FILES, -(-len(theirs) // 64))
+    chunks = [theirs[k:k + size] for k in range(0, len(theirs), size)]
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return _read_files(top, names)
+    if pid == 0:  # the forked reader: never returns
+        code = 1
+        try:
+            os.close(r)
+            _read_in_child(top, chunks, w)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    frames: list[bytes | None] = []
+    drain = threading.Thread(target=_drain, args=(r, frames), daemon=True)
+    drain.start()
+    done = False
+    try:
+        out = _read_files(top, names[:half])
+        if out and out[-1][2] is not None:
+            return out  # an error in this half comes first
+        drain.join()
+        os.waitpid(pid, 0)
+        done = True
+        for chunk, got in zip(chunks, _chunks_back(frames, len(chunks))):
+            got = got if got is not None else _read_files(top, chunk)
+            out.extend(got)
+            if got and got[-1][2] is not None:
+                break
+        return out
+    finally:
+        if not done:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+
+
+def _load_uncached(folder_: Path, found: Scan) -> Dataset:
+    """Every run file read once, its seal checked from the same bytes (no
+    second read and hash of the store, D131). A thread for the hashing was
+    measured slower: the parser gives up the GIL at every file it opens."""
+    runs: list[Run] = []
+    edited: list[str] = []
+    names = [name for name, _ in found.files]
+    for name, (run, was_edited, error) in zip(names, _read_all(str(folder_), names)):
+        if was_edited:
             edited.append(name)
-        run = _derived(store_mod.read_run(label, requests=_needs_records, raw=raw))
-        runs.append(run if run.path == label else dataclasses.replace(run, path=label))
+        if error is not None:
+            raise error
+        assert run is not None
+        runs.append(run)
     if found.seals is not None and not found.seals.done:
         found.seals.edited, found.seals.done = edited, True
     return store_mod.merge(runs)

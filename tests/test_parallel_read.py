@@ -1,0 +1,190 @@
+"""A large store is read by two processes (findings/document/cache.py
+``_read_all``, D133): this one reads the first half of the run files, a
+forked one the second. Real files, a real fork: the dataset, the files
+found edited and the first error in file order are those of one process
+reading them all."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, cache_off
+from findings.core.errors import StoreError
+from findings.document import cache as rendercache
+
+sys.path.insert(0, str(ROOT / "benchmarks" / "perf"))
+import render_scaling  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="reads in two processes by fork only")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("parallel") / "store"
+    folder.mkdir()
+    render_scaling.build_store(folder, 600, seed=3)
+    return folder
+
+
+def _load(store: Path, parallel: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[object, tuple[str, ...]]:
+    with monkeypatch.context() as m:
+        m.setattr(rendercache, "PARALLEL_FILES", 2 if parallel else 10 ** 9)
+        m.setattr(rendercache, "CHUNK_FILES", 3)  # several chunks, sent back one by one
+        m.setattr(rendercache, "_cores", lambda: 2)
+        with cache_off():
+            found = rendercache.scan(store)
+            try:
+                data = rendercache.load(store, found)
+            except StoreError as exc:
+                return ("refused", str(exc)), ()
+        return data, found.edited
+
+
+def _comparable(data: object) -> object:
+    assert not isinstance(data, tuple)
+    return (data.campaigns, data.configs, data.facts,  # type: ignore[attr-defined]
+            [(p, dict(p.metrics)) for p in data.points],  # type: ignore[attr-defined]
+            [(r.run_id, r.path, r.environment, r.configs) for r in data.runs])  # type: ignore[attr-defined]
+
+
+def test_two_processes_read_what_one_reads(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = sorted((store / "runs").glob("*.json"))
+    assert len(files) >= 12  # so that the forked reader's half has several chunks
+    one, _ = _load(store, False, monkeypatch)
+    readers = tmp_path / "readers"
+    real = rendercache._read_files
+
+    def noted(top: str, names: list[str]) -> list[object]:
+        with readers.open("a") as f:
+            f.write(f"{os.getpid()} {len(names)}\n")
+        return real(top, names)  # type: ignore[return-value]
+
+    monkeypatch.setattr(rendercache, "_read_files", noted)
+    two, _ = _load(store, True, monkeypatch)
+    assert _comparable(one) == _comparable(two)
+    assert len(two.points) == 600  # type: ignore[attr-defined]
+    calls = [line.split() for line in readers.read_text().splitlines()]
+    mine = [int(n) for pid, n in calls if int(pid) == os.getpid()]
+    forked = [int(n) for pid, n in calls if int(pid) != os.getpid()]
+    assert mine == [(len(files) + 1) // 2] and len(forked) >= 2 and sum(forked) == len(files) // 2
+
+
+def test_an_error_in_the_forked_half_is_the_one_reported(store: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    files = sorted((copy / "runs").glob("*.json"))
+    late, later = files[-3], files[-1]  # both in the second half: the first of them is reported
+    late.write_text(late.read_text().replace('"concurrency": ', '"concurrency": -', 1))
+    later.write_text("{not json")
+    one = _load(copy, False, monkeypatch)[0]
+    two = _load(copy, True, monkeypatch)[0]
+    assert one == two
+    assert isinstance(two, tuple) and two[0] == "refused" and late.name in two[1] and "concurrency" in two[1]
+
+
+def test_an_error_in_the_first_half_comes_before_the_forked_halfs(store: Path, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    files = sorted((copy / "runs").glob("*.json"))
+    files[1].write_text("[]")
+    files[-1].write_text("{not json")
+    one = _load(copy, False, monkeypatch)[0]
+    two = _load(copy, True, monkeypatch)[0]
+    assert one == two and isinstance(two, tuple) and files[1].name in two[1]
+
+
+def test_a_file_edited_by_hand_is_found_in_either_half(store: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    files = sorted((copy / "runs").glob("*.json"))
+    for f in (files[0], files[-2]):
+        text = f.read_text()
+        f.write_text(text.replace('"tool_version": "', '"tool_version": "x', 1))
+    _, one = _load(copy, False, monkeypatch)
+    _, two = _load(copy, True, monkeypatch)
+    assert one == two == tuple(sorted((files[0].name, files[-2].name)))
+
+
+def test_a_forked_reader_that_dies_is_read_again_here(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    one, _ = _load(store, False, monkeypatch)
+
+    def die(top: str, chunks: list[list[str]], out: int) -> None:
+        os._exit(3)  # the forked process ends without a word
+
+    monkeypatch.setattr(rendercache, "_read_in_child", die)
+    two, _ = _load(store, True, monkeypatch)
+    assert _comparable(one) == _comparable(two)
+
+
+def test_a_forked_reader_that_dies_half_way_is_read_again_from_there(store: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    one, _ = _load(store, False, monkeypatch)
+    real = rendercache._read_in_child
+
+    def one_chunk_then_die(top: str, chunks: list[list[str]], out: int) -> None:
+        real(top, chunks[:1], out)  # the first chunk sent whole, then nothing
+        os._exit(3)
+
+    monkeypatch.setattr(rendercache, "_read_in_child", one_chunk_then_die)
+    two, _ = _load(store, True, monkeypatch)
+    assert _comparable(one) == _comparable(two)
+
+
+SCRIPT = """
+import os, sys, time
+from findings.document import cache
+cache.PARALLEL_FILES, cache.CHUNK_FILES, cache._cores = 2, 1, lambda: 2
+real = cache._read_files
+parent = os.getpid()
+def slow(top, names):
+    if os.getpid() != parent:
+        with open(sys.argv[2], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+    time.sleep(0.5)
+    return real(top, names)
+cache._read_files = slow
+cache._read_all(sys.argv[1], [p for p in sorted(os.listdir(sys.argv[1])) if p.endswith(".json")])
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to this process", "Ctrl-C to the group"])
+def test_the_forked_reader_ends_when_this_process_is_stopped(store: Path, tmp_path: Path, how: str) -> None:
+    import signal
+    import subprocess
+    import time
+
+    pids = tmp_path / "pids"
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(store / "runs"), str(pids)], cwd=ROOT,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 30
+    while not (pids.exists() and pids.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pids.read_text().split()[0])
+    assert proc.poll() is None
+    if how.startswith("SIGTERM"):
+        proc.send_signal(signal.SIGTERM)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=30)
+    assert proc.returncode != 0
+    deadline = time.monotonic() + 10  # the forked reader finds the pipe closed at its next chunk
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as f:
+            if f.read().split(") ")[1].startswith("Z"):
+                break  # a zombie: ended, waiting for init to reap it
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError(f"the forked reader {child} outlived the process that forked it ({how})")

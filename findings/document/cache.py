@@ -266,19 +266,29 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
             return _load_uncached(folder_, found)
     code = code_fingerprint()
     top, entries = str(folder_), str(found.cache / "runs")  # strings: no Path per file
+    got: list[Run | None] = []
+    missing: list[tuple[int, str, str]] = []  # (place, file name, entry)
     with store_mod.quiet_gc():
         for name, key in found.files:
-            path = f"{top}/{name}"
             # The entry is the run's content as this code derived it: other
             # code (another findings, another Python) never reads it.
             key = hashlib.sha256(f"{code}|{key}".encode()).hexdigest()
             entry = f"{entries}/{key[:2]}/{key}.pickle"
             run = _read_pickle(entry)  # None when missing
-            if not _plausible(run, name):
-                run = _derived(store_mod.read_run(Path(path), requests=_needs_records))
-                _write(Path(entry), pickle.dumps(dataclasses.replace(run, path=None),
-                                                 protocol=pickle.HIGHEST_PROTOCOL))
-            runs.append(dataclasses.replace(run, path=path))
+            if _plausible(run, name):
+                got.append(dataclasses.replace(run, path=f"{top}/{name}"))
+            else:
+                missing.append((len(got), name, entry))
+                got.append(None)
+        # The files not in the cache, read (by two processes when many: a
+        # cold cache) and then cached; the first that cannot be read is the error.
+        for (at, name, entry), (run, _, error) in zip(missing, _read_all(top, [n for _, n, _ in missing])):
+            if error is not None:
+                raise error
+            assert run is not None
+            _write(Path(entry), pickle.dumps(dataclasses.replace(run, path=None), protocol=pickle.HIGHEST_PROTOCOL))
+            got[at] = run
+        runs.extend(r for r in got if r is not None)
     return store_mod.merge(runs)
 
 

@@ -59,10 +59,10 @@ def test_two_processes_read_what_one_reads(store: Path, tmp_path: Path, monkeypa
     readers = tmp_path / "readers"
     real = rendercache._read_files
 
-    def noted(top: str, names: list[str]) -> list[object]:
+    def noted(top: str, names: list[str], *rest: bool) -> list[object]:
         with readers.open("a") as f:
             f.write(f"{os.getpid()} {len(names)}\n")
-        return real(top, names)  # type: ignore[return-value]
+        return real(top, names, *rest)  # type: ignore[return-value]
 
     monkeypatch.setattr(rendercache, "_read_files", noted)
     two, _ = _load(store, True, monkeypatch)
@@ -116,7 +116,7 @@ def test_a_file_edited_by_hand_is_found_in_either_half(store: Path, tmp_path: Pa
 def test_a_forked_reader_that_dies_is_read_again_here(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     one, _ = _load(store, False, monkeypatch)
 
-    def die(top: str, chunks: list[list[str]], out: int) -> None:
+    def die(top: str, chunks: list[list[str]], out: int, *rest: bool) -> None:
         os._exit(3)  # the forked process ends without a word
 
     monkeypatch.setattr(rendercache, "_read_in_child", die)
@@ -129,8 +129,8 @@ def test_a_forked_reader_that_dies_half_way_is_read_again_from_there(store: Path
     one, _ = _load(store, False, monkeypatch)
     real = rendercache._read_in_child
 
-    def one_chunk_then_die(top: str, chunks: list[list[str]], out: int) -> None:
-        real(top, chunks[:1], out)  # the first chunk sent whole, then nothing
+    def one_chunk_then_die(top: str, chunks: list[list[str]], out: int, *rest: bool) -> None:
+        real(top, chunks[:1], out, *rest)  # the first chunk sent whole, then nothing
         os._exit(3)
 
     monkeypatch.setattr(rendercache, "_read_in_child", one_chunk_then_die)
@@ -144,12 +144,12 @@ from findings.document import cache
 cache.PARALLEL_FILES, cache.CHUNK_FILES, cache._cores = 2, 1, lambda: 2
 real = cache._read_files
 parent = os.getpid()
-def slow(top, names):
+def slow(top, names, *rest):
     if os.getpid() != parent:
         with open(sys.argv[2], "a") as f:
             f.write(f"{os.getpid()}\\n")
     time.sleep(0.5)
-    return real(top, names)
+    return real(top, names, *rest)
 cache._read_files = slow
 cache._read_all(sys.argv[1], [p for p in sorted(os.listdir(sys.argv[1])) if p.endswith(".json")])
 """

@@ -282,7 +282,7 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
                 got.append(None)
         # The files not in the cache, read (by two processes when many: a
         # cold cache) and then cached; the first that cannot be read is the error.
-        for (at, name, entry), (run, _, error) in zip(missing, _read_all(top, [n for _, n, _ in missing])):
+        for (at, name, entry), (run, _, error) in zip(missing, _read_all(top, [n for _, n, _ in missing], seals=False)):
             if error is not None:
                 raise error
             assert run is not None
@@ -305,8 +305,10 @@ CHUNK_FILES = 64
 _Read = tuple[Run | None, bool, BaseException | None]
 
 
-def _read_files(top: str, names: list[str]) -> list[_Read]:
-    """The run files, in order, up to the first that cannot be read."""
+def _read_files(top: str, names: list[str], seals: bool = True) -> list[_Read]:
+    """The run files, in order, up to the first that cannot be read.
+    ``seals``: check each file's seal from its bytes (not when ``scan``
+    has hashed them already: a render cache)."""
     out: list[_Read] = []
     for name in names:
         label = f"{top}/{name}"  # str(folder_ / name), without a Path per file
@@ -315,7 +317,7 @@ def _read_files(top: str, names: list[str]) -> list[_Read]:
                 raw: bytes | None = f.read()
         except OSError:
             raw = None  # the reader says why
-        edited = raw is not None and seal_state(raw) == "edited"
+        edited = seals and raw is not None and seal_state(raw) == "edited"
         try:
             run = _derived(store_mod.read_run(label, requests=_needs_records, raw=raw))
         except Exception as exc:  # raised by the caller, in file order
@@ -325,13 +327,13 @@ def _read_files(top: str, names: list[str]) -> list[_Read]:
     return out
 
 
-def _read_in_child(top: str, chunks: list[list[str]], out: int) -> None:
+def _read_in_child(top: str, chunks: list[list[str]], out: int, seals: bool = True) -> None:
     """The forked reader: each chunk's ``_read_files``, pickled, written to
     ``out`` as it is read (its length, then the pickle; a pickle of None
     for a result that does not pickle), up to the first error."""
     with os.fdopen(out, "wb") as pipe, store_mod.quiet_gc():
         for chunk in chunks:
-            got = _read_files(top, chunk)
+            got = _read_files(top, chunk, seals)
             try:
                 blob = pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # an error object that does not pickle: the parent reads the chunk
@@ -378,7 +380,7 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _read_all(top: str, names: list[str]) -> list[_Read]:
+def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     """``_read_files`` of every file: for a large store on two free cores,
     the first half here and the second in a forked process (D133), else
     all here. Whatever the forked reader does not give back is read here,
@@ -386,7 +388,7 @@ def _read_all(top: str, names: list[str]) -> list[_Read]:
     way. The forked reader ends when this process does: its next write
     finds the pipe closed, and an interrupted or failed read here kills it."""
     if len(names) < PARALLEL_FILES or _cores() < 2 or not hasattr(os, "fork"):
-        return _read_files(top, names)
+        return _read_files(top, names, seals)
     half = (len(names) + 1) // 2
     theirs = names[half:]
     size = max(CHUNK_FILES, -(-len(theirs) // 64))
@@ -397,12 +399,12 @@ def _read_all(top: str, names: list[str]) -> list[_Read]:
     except OSError:
         os.close(r)
         os.close(w)
-        return _read_files(top, names)
+        return _read_files(top, names, seals)
     if pid == 0:  # the forked reader: never returns
         code = 1
         try:
             os.close(r)
-            _read_in_child(top, chunks, w)
+            _read_in_child(top, chunks, w, seals)
             code = 0
         finally:
             os._exit(code)
@@ -412,14 +414,14 @@ def _read_all(top: str, names: list[str]) -> list[_Read]:
     drain.start()
     done = False
     try:
-        out = _read_files(top, names[:half])
+        out = _read_files(top, names[:half], seals)
         if out and out[-1][2] is not None:
             return out  # an error in this half comes first
         drain.join()
         os.waitpid(pid, 0)
         done = True
         for chunk, got in zip(chunks, _chunks_back(frames, len(chunks))):
-            got = got if got is not None else _read_files(top, chunk)
+            got = got if got is not None else _read_files(top, chunk, seals)
             out.extend(got)
             if got and got[-1][2] is not None:
                 break

@@ -323,9 +323,6 @@ class _Reader:
         if type(v) is dict:
             types = tuple(map(type, v.values()))
             if _FACT_TYPES.issuperset(types):
-                found = _SHARED.get(("facts", tuple(v), tuple(v.values()), types))
-                if found is not None:
-                    return found  # type: ignore[no-any-return]
                 return _shared(("facts", tuple(v), tuple(v.values()), types), lambda: v)  # type: ignore[no-any-return]
         d = self.scalars(v, where)
         return _shared(("facts", repr(d)), lambda: d)  # type: ignore[no-any-return]
@@ -381,7 +378,8 @@ def _params(params: dict[str, Any], canon: dict[str, str], types: tuple[type, ..
     return {k: canon.setdefault(v, v) if type(v) is str else v for k, v in params.items()}
 
 
-_NO_PARAMS: dict[str, Any] = {}
+#: A parsed point without workload parameters reads as this (a dict, as parsed ones are).
+_NO_PARSED_PARAMS: dict[str, Any] = {}
 _GET = dict.get
 
 
@@ -419,7 +417,7 @@ def _fast_points(listed: list[Any], r: _Reader, seen: set[str], run_id: str, sou
             or min(map(_GET, metrics, repeat(THROUGHPUT, n), repeat(0.0, n))) < 0:
         return None
     requests, notes, lines, stored = column("requests"), column("note"), column("source_line"), column("series")
-    params = column("workload_params", _NO_PARAMS)
+    params = column("workload_params", _NO_PARSED_PARAMS)
     if (not _DICT_OR_NONE.issuperset(map(type, requests)) or not _STR_OR_NONE.issuperset(map(type, notes))
             or not _INT_OR_NONE.issuperset(map(type, lines)) or not _DICT_OR_NONE.issuperset(map(type, stored))
             or set(map(type, params)) != _DICT):

@@ -141,18 +141,29 @@ class Parser:
         if not isinstance(meta, dict):
             self.error("sse", "event without meta_info")
             return
-        ct = meta.get("completion_tokens")
-        truth = "emulator_event_ts" in meta or "emulator_arrival_ts" in meta
-        if isinstance(ct, int):
-            before = len(self.rec.events)
-            self._tokens(now, ct)
-            ts = meta.get("emulator_event_ts") if truth else None
-            if len(self.rec.events) > before and isinstance(ts, (int, float)):
-                self.rec.server_event_walls.append(float(ts))
-        if self.rec.prompt_tokens is None and isinstance(meta.get("prompt_tokens"), int):
-            self.rec.prompt_tokens = meta["prompt_tokens"]
+        self.meta(meta, now)
         if self.rec.reply is not None and isinstance(obj.get("text"), str):
             self.rec.reply[:] = [obj["text"]]  # SGLang's native stream sends the text so far
+
+    def meta(self, meta: dict[str, Any], now: float) -> None:
+        """One native event's ``meta_info`` (all a ``meta_only`` parser reads
+        of it: the transport may hand over only that object)."""
+        rec = self.rec
+        ct = meta.get("completion_tokens")
+        truth = "emulator_event_ts" in meta or "emulator_arrival_ts" in meta
+        if isinstance(ct, int):  # _tokens, inline: this runs once per event
+            events = rec.events
+            if ct > (events[-1][1] if events else 0):
+                if rec.first_token is None:
+                    rec.first_token = now
+                events.append((now, ct))
+                rec.output_tokens = ct
+                if truth:
+                    ts = meta.get("emulator_event_ts")
+                    if isinstance(ts, (int, float)):
+                        rec.server_event_walls.append(float(ts))
+        if rec.prompt_tokens is None and isinstance(meta.get("prompt_tokens"), int):
+            rec.prompt_tokens = meta["prompt_tokens"]
         if truth:
             self._ground_truth(meta)
         fin = meta.get("finish_reason")

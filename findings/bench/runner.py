@@ -26,7 +26,7 @@ from findings import store
 from findings.core.version import __version__
 from findings.core import diskio, serverinfo
 from findings.derive import sequential
-from findings.bench import host, launch, vocab
+from findings.bench import eventloop, host, launch, vocab
 from findings.bench.client import PointPlan, planned_requests, run_point
 from findings.bench import workers as worker_procs
 from findings.bench.matrix import CampaignSpec, ConfigSpec, Matrix, Sweep
@@ -341,6 +341,7 @@ def _point_run(opts: BenchOptions, target: _Target, campaign: Campaign, w: Workl
         # Worker processes: those asked for ("auto": chosen from the cores and the load); metrics
         # client_workers holds the number used.
         "workers": sweep.workers if sweep.workers is not None else "auto",
+        "event_loop": eventloop.name(),  # the client's own (D135)
     }
     if target.server is not None:
         provenance["server_log"] = str(target.server.log)
@@ -651,6 +652,7 @@ def run_matrix(matrix: Matrix, opts: BenchOptions, only: Callable[[str], bool] |
     if opts.matrix is not None and opts.matrix.is_file():
         matrix_input = Input(str(opts.matrix), hashlib.sha256(opts.matrix.read_bytes()).hexdigest(), "matrix")
     opts = replace(opts, commit=git_commit(opts.root), matrix_input=matrix_input)
+    eventloop.check()
     environment = host.facts()
     stamp = int(time.strftime("%H%M%S", time.gmtime()))
     try:
@@ -704,7 +706,7 @@ def _campaigns(matrix: Matrix, opts: BenchOptions, report: BenchReport, environm
                 _check_store(target, opts)
                 _check_vocab(target, workloads)
                 _preflight(target, campaign, workloads, spec.sweep, opts)
-                asyncio.run(_sweep_config(target, campaign, spec, workloads, opts, report, environment, have))
+                eventloop.run(_sweep_config(target, campaign, spec, workloads, opts, report, environment, have))
             finally:
                 target.control.close()
                 if target.server is not None:
@@ -736,7 +738,7 @@ def _until_decided_campaign(matrix: Matrix, spec: CampaignSpec, campaign: Campai
         for target in targets.values():
             _check_vocab(target, workloads)
             _preflight(target, campaign, workloads, spec.sweep, opts)
-        asyncio.run(_sweep_until_decided(targets, campaign, spec, workloads, opts, report, environment,
+        eventloop.run(_sweep_until_decided(targets, campaign, spec, workloads, opts, report, environment,
                                          _bands(opts)))
     finally:
         for target in targets.values():

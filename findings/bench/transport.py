@@ -28,7 +28,7 @@ import ssl
 import sys
 import time
 import weakref
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, cast
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -228,8 +228,52 @@ def _decode(payload: bytes, parser: Parser) -> Any:
     return jsonfast.loads(payload)
 
 
+#: SGLang's native event, as its server writes it (``{"text": ..., "output_ids":
+#: [...], "meta_info": {...}}``): what ``_native_meta`` reads in place.
+_NATIVE_HEAD = b'data: {"text":"'
+_NATIVE_IDS = b',"output_ids":['
+
+
+def _native_meta(buf: bytes, start: int, stop: int) -> dict[str, Any] | None:
+    """``_native_line``'s ``meta_info`` of one whole event ``buf[start:stop]``:
+    its ``data: `` line and the blank line after it, as one HTTP chunk."""
+    s = stop - 2
+    if s <= start or buf.find(b"\n", start, stop) != s or buf[s + 1] != 0x0A:
+        return None
+    return _native_line(buf, start, s)
+
+
+def _native_line(buf: bytes, start: int, end: int) -> dict[str, Any] | None:
+    """The ``meta_info`` of SGLang's native event on the line ``buf[start:end]``
+    (which holds no newline), read where it lies: no copy of the event, and
+    no search of its text for an ``"error"`` key (``_decode``'s). It returns
+    only where the event has SGLang's own layout, checked byte by byte: a
+    text string whose first quote is not escaped ends it (a backslash before
+    that quote, and this gives up), the output ids (no quote can occur among
+    them), then ``meta_info`` as the last key; no other key fits in it.
+    Anything else is None, and the event takes ``_decode``'s path."""
+    if end - start <= len(_NATIVE_HEAD) or buf[end - 1] != 0x7D or not buf.startswith(_NATIVE_HEAD, start):
+        return None
+    q = buf.find(b'"', start + len(_NATIVE_HEAD), end)  # the text's end, unless escaped
+    if q < 0 or buf[q - 1] == 0x5C or not buf.startswith(_NATIVE_IDS, q + 1):
+        return None
+    i = buf.find(b'"', q + 1 + len(_NATIVE_IDS), end)  # the next key, after the ids
+    if i < 0 or buf[i - 2:i] != b"]," or not buf.startswith(META_KEY, i):
+        return None
+    try:
+        meta = jsonfast.loads(buf[i + len(META_KEY):end - 1])
+    except jsonfast.JSONDecodeError:
+        return None
+    return meta if type(meta) is dict else None
+
+
 def _data(line: bytes, parser: Parser, now: float) -> bool:
     """Handle one SSE line; True at [DONE]."""
+    if parser.meta_only:
+        meta = _native_line(line, 0, len(line))
+        if meta is not None:
+            parser.meta(meta, now)
+            return bool(parser.rec.error)
     if line[:7] == b"data: {" and line[-1:] == b"}":  # the usual event: straight to its JSON
         try:
             obj = _decode(line[6:], parser)
@@ -508,11 +552,16 @@ class _Exchange:
     object per HTTP chunk. ``done`` resolves when the body is complete or
     the connection failed."""
 
-    __slots__ = ("on_line", "status", "state", "left", "keep_alive", "chunked", "body", "line_buf", "buf",
-                 "done", "error", "got_bytes", "last_data", "clock", "stop_lines")
+    __slots__ = ("on_line", "on_event", "status", "state", "left", "keep_alive", "chunked", "body", "line_buf",
+                 "buf", "done", "error", "got_bytes", "last_data", "clock", "stop_lines")
 
-    def __init__(self, on_line: Callable[[bytes, float], bool] | None, clock: Callable[[], float]) -> None:
+    def __init__(self, on_line: Callable[[bytes, float], bool] | None, clock: Callable[[], float],
+                 on_event: Callable[[bytes, int, int, float], bool | None] | None = None) -> None:
+        """``on_event(buf, start, stop, now)``: a whole event that came as one
+        chunk, where it lies in ``buf``; True when the stream is done, None
+        where it does not take it (it then goes to ``on_line``)."""
         self.on_line = on_line
+        self.on_event = on_event
         self.clock = clock
         self.status = 0
         self.chunked = False
@@ -575,15 +624,28 @@ class _Exchange:
                 if j < 0:
                     break
                 try:
-                    size = int(buf[pos:j].split(b";", 1)[0], 16)
+                    size = int(buf[pos:j], 16)
                 except ValueError:
-                    self._finish(f"malformed chunk size {buf[pos:j][:40]!r}")
-                    return
+                    try:
+                        size = int(buf[pos:j].split(b";", 1)[0], 16)  # a chunk extension
+                    except ValueError:
+                        self._finish(f"malformed chunk size {buf[pos:j][:40]!r}")
+                        return
                 pos = j + 2
-                if size and pos + size + 2 <= end and buf[pos + size:pos + size + 2] == b"\r\n":
-                    # The whole chunk is here (one SSE event, as servers write them): at once.
-                    self._content(buf[pos:pos + size], now)
-                    pos += size + 2
+                stop = pos + size
+                if size and stop + 2 <= end and buf.startswith(b"\r\n", stop):
+                    # The whole chunk is here (one SSE event, as servers write them): at once,
+                    # where it lies if on_event takes it.
+                    on_event = self.on_event
+                    if on_event is None or self.line_buf or self.stop_lines or self.status != 200:
+                        self._content(buf[pos:stop], now)
+                    else:
+                        took = on_event(buf, pos, stop, now)
+                        if took is None:
+                            self._content(buf[pos:stop], now)
+                        elif took:
+                            self.stop_lines = True
+                    pos = stop + 2
                     continue
                 self.left = size
                 self.state = _DATA if size else _TRAILER
@@ -675,8 +737,7 @@ class _Connection(asyncio.Protocol):
         self.idle_since = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
         ex = self.exchange
@@ -812,13 +873,26 @@ class RawTransport:
                 return True
             return False
 
+        def native_event(buf: bytes, start: int, stop: int, now: float) -> bool | None:
+            nonlocal done
+            meta = _native_meta(buf, start, stop)
+            if meta is None:
+                return None
+            parser.meta(meta, now)
+            if parser.rec.error:  # as _data: an error ends the stream
+                parser.finish(now)
+                done = True
+                return True
+            return False
+
+        on_event = native_event if parser.meta_only else None
         for attempt in (1, 2):
             try:
                 conn, reused = await self._acquire()
             except (OSError, asyncio.TimeoutError) as exc:
                 parser.error("connect", f"cannot connect: {type(exc).__name__}: {exc}")
                 break
-            ex = _Exchange(on_line, clock)
+            ex = _Exchange(on_line, clock, on_event)
             conn.exchange = ex
             if due is not None:
                 await until(due)

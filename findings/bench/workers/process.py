@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
+from findings.bench import eventloop
 from findings.bench.client import PointPlan, Sample, Scrape, Take, gauge_sampler, measure, prepare
 from findings.bench.records import PointOutcome, RequestRecord, WorkerStats
 from findings.bench.transport import make_transport
@@ -154,7 +155,7 @@ def worker_main(conn: Connection, job: WorkerJob) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _die_with_parent(job.parent)
     try:
-        asyncio.run(_work(conn, job))
+        eventloop.run(_work(conn, job))
     except BaseException as exc:  # noqa: BLE001 (told to the parent, which fails the point)
         with contextlib.suppress(OSError, ValueError):
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -207,6 +208,9 @@ async def _message(w: _Worker) -> tuple[Any, ...]:
         finally:
             loop.remove_reader(w.conn.fileno())
             loop.remove_reader(w.proc.sentinel)
+            # uvloop (libuv's poll) leaves a watched fd non-blocking, and a
+            # Connection's recv on one fails with EAGAIN mid-message (D135).
+            os.set_blocking(w.conn.fileno(), True)
 
 
 async def _result(w: _Worker, on_tick: Callable[[int, int], None] | None) -> tuple[WorkerStats, PointOutcome]:

@@ -362,6 +362,17 @@ def _arrival_ks(emu: Emulator, rate: float, warmup: int) -> dict[str, float]:
             "server_arrivals": float(len(arrivals))}
 
 
+def _send_ks(point: dict[str, Any], rate: float) -> dict[str, float]:
+    """The KS p-value of the gaps between our own writes (``sent_s``, every
+    worker's, in time order) against the exponential of the nominal rate:
+    what the server would see with no delay of its own."""
+    from scipy import stats  # noqa: PLC0415 (the dev extra; make perf runs in .venv)
+
+    sent = sorted(t for t in point["requests"]["sent_s"] if t is not None)
+    gaps = [b - a for a, b in zip(sent, sent[1:])]
+    return {"client_send_ks_p": float(stats.kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)} if gaps else {}
+
+
 def ours_open(emu: Emulator, work: Path, tag: str, rate: float, n: int, out_len: int,
               timeout: float) -> dict[str, float]:
     point, wall, cpu = _bench(emu, work, tag, ["--request-rate", f"{rate:g}"], n, out_len, timeout)
@@ -610,20 +621,24 @@ def section_workers(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
                 f"client CPU-second, at most {top:.0f} in flight at the server")
     open_plan = [(100.0, 200), (1000.0, 1000)] if a.quick else [(100.0, 1000), (1000.0, 5000)]
     for rate, n in open_plan:
-        for workers in (1, 2):
-            tag = f"workers-open-r{rate:g}-w{workers}"
-            log(f"workers: open loop, {workers} worker(s), Poisson {rate:g} requests/s, N={n}, output 8")
+        for workers, transport in ((1, "aiohttp"), (2, "aiohttp"), (1, "raw"), (2, "raw")):
+            raw = transport == "raw"
+            tag = f"workers-open-r{rate:g}-w{workers}" + ("-raw" if raw else "")
+            log(f"workers: open loop, {workers} worker(s), {transport}, Poisson {rate:g} requests/s, N={n}, output 8")
             with Emulator(work, tag, "firehose", 1.0) as emu:
-                point, wall, cpu = _bench(emu, work, tag, ["--request-rate", f"{rate:g}", "--workers", str(workers)],
+                point, wall, cpu = _bench(emu, work, tag, ["--request-rate", f"{rate:g}", "--workers", str(workers),
+                                                           "--transport", transport],
                                           n, 8, a.client_timeout, cores=client_cores)
                 ks = _arrival_ks(emu, rate, 2)
             m = point["metrics"]
             keep = ("send_lateness_p50_ms", "send_lateness_p99_ms", "send_lateness_max_ms", "offered_rate_req_s",
                     "achieved_rate_req_s", "client_loop_lag_p99_ms", "completed", "failed", "client_cpu_fraction")
-            row = {"workload": "workers-open-loop", "config": f"{workers} worker{'s' if workers > 1 else ''}",
+            row = {"workload": "workers-open-loop",
+                   "config": f"{workers} worker{'s' if workers > 1 else ''}" + (", raw" if raw else ""),
                    "concurrency": None, "request_rate": rate, "workers": float(workers), "num_prompts": n,
                    "output_len": 8, "output_throughput_tok_s": m["output_throughput_tok_s"],
-                   **{k: float(m[k]) for k in keep if k in m}, **ks, "client_cpu_s": cpu, "client_wall_s": wall}
+                   **{k: float(m[k]) for k in keep if k in m}, **ks, **_send_ks(point, rate),
+                   "client_cpu_s": cpu, "client_wall_s": wall}
             rows.append(row)
             log(f"  send lateness p50 {m.get('send_lateness_p50_ms', float('nan')):.3f} ms, p99 "
                 f"{m.get('send_lateness_p99_ms', float('nan')):.3f} ms; achieved {m.get('achieved_rate_req_s', 0):.1f}"

@@ -811,6 +811,12 @@ def environment(a: argparse.Namespace) -> dict[str, Any]:
     except ImportError:
         pass
     try:
+        from findings.bench import eventloop  # noqa: PLC0415
+
+        env["event_loop"] = eventloop.name()  # what findings bench ran on (D135)
+    except ImportError:
+        pass
+    try:
         env["git_commit"] = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, text=True,
                                            capture_output=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--", "findings"], cwd=ROOT, text=True,

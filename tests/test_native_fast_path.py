@@ -86,35 +86,22 @@ def _by_chunks(wire: bytes, read: int) -> tuple[dict, int]:
     reads of ``read`` bytes; (the record, the events read in place)."""
     rec = RequestRecord(index=0, input_len=4)
     parser = Parser("native", rec)
+    on_line, in_place, done = T.stream_handlers(parser)
+    assert in_place is not None
     taken = 0
-    state = {"done": False}
-
-    def on_line(line: bytes, now: float) -> bool:
-        if T._data(line, parser, now):
-            parser.finish(now)
-            state["done"] = True
-            return True
-        return False
 
     def on_event(buf: bytes, start: int, stop: int, now: float) -> bool | None:
         nonlocal taken
-        meta = T._native_meta(buf, start, stop)
-        if meta is None:
-            return None
-        taken += 1
-        parser.meta(meta, now)
-        if rec.error:
-            parser.finish(now)
-            state["done"] = True
-            return True
-        return False
+        took = in_place(buf, start, stop, now)
+        taken += took is not None
+        return took
 
     async def go() -> None:
         ex = T._Exchange(on_line, time.perf_counter, on_event)
         for i in range(0, len(wire), read):
             ex.feed(wire[i:i + read])
         assert ex.done.done() and ex.error is None
-        if not state["done"]:
+        if not done():
             parser.finish(time.perf_counter())
 
     asyncio.run(go())

@@ -42,20 +42,7 @@ def stream(tokens: int = 256) -> bytes:
 def one(pieces: list[bytes], in_place: bool) -> None:
     rec = RequestRecord(index=0, input_len=4)
     parser = Parser("native", rec)
-
-    def on_line(line: bytes, now: float) -> bool:
-        if T._data(line, parser, now):
-            parser.finish(now)
-            return True
-        return False
-
-    def on_event(buf: bytes, start: int, stop: int, now: float) -> bool | None:
-        meta = T._native_meta(buf, start, stop)
-        if meta is None:
-            return None
-        parser.meta(meta, now)
-        return False
-
+    on_line, on_event, _ = T.stream_handlers(parser)
     ex = T._Exchange(on_line, time.perf_counter, on_event if in_place else None)
     for p in pieces:
         ex.feed(p)

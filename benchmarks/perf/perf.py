@@ -352,25 +352,27 @@ def _arrival_ks(emu: Emulator, rate: float, warmup: int) -> dict[str, float]:
     """The emulator's own arrival times (its ground-truth log), less the
     warm-up requests: the achieved rate and SciPy's KS test of the gaps
     against the exponential of the nominal rate."""
-    from scipy import stats  # noqa: PLC0415 (the dev extra; make perf runs in .venv)
-
     arrivals = sorted(json.loads(line)["arrival"]
                       for line in emu.truth_log.read_text(encoding="utf-8").splitlines())[warmup:]
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
-    return {"server_arrival_rate_req_s": len(gaps) / (arrivals[-1] - arrivals[0]),
-            "server_arrival_ks_p": float(stats.kstest(gaps, "expon", args=(0, 1 / rate)).pvalue),
-            "server_arrivals": float(len(arrivals))}
+    return {"server_arrival_rate_req_s": (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]),
+            "server_arrival_ks_p": _gaps_ks(arrivals, rate), "server_arrivals": float(len(arrivals))}
+
+
+def _gaps_ks(times: list[float], rate: float) -> float:
+    """SciPy's KS p-value of the gaps between sorted ``times`` against the
+    exponential of mean 1/``rate``."""
+    from scipy import stats  # noqa: PLC0415 (the dev extra; make perf runs in .venv)
+
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    return float(stats.kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)
 
 
 def _send_ks(point: dict[str, Any], rate: float) -> dict[str, float]:
     """The KS p-value of the gaps between our own writes (``sent_s``, every
     worker's, in time order) against the exponential of the nominal rate:
     what the server would see with no delay of its own."""
-    from scipy import stats  # noqa: PLC0415 (the dev extra; make perf runs in .venv)
-
     sent = sorted(t for t in point["requests"]["sent_s"] if t is not None)
-    gaps = [b - a for a, b in zip(sent, sent[1:])]
-    return {"client_send_ks_p": float(stats.kstest(gaps, "expon", args=(0, 1 / rate)).pvalue)} if gaps else {}
+    return {"client_send_ks_p": _gaps_ks(sent, rate)} if len(sent) > 1 else {}
 
 
 def ours_open(emu: Emulator, work: Path, tag: str, rate: float, n: int, out_len: int,

@@ -267,6 +267,34 @@ def _native_line(buf: bytes, start: int, end: int) -> dict[str, Any] | None:
     return meta if type(meta) is dict else None
 
 
+def stream_handlers(parser: Parser) -> tuple[Callable[[bytes, float], bool],
+                                             Callable[[bytes, int, int, float], bool | None] | None,
+                                             Callable[[], bool]]:
+    """An ``_Exchange``'s ``on_line`` and ``on_event`` for one stream fed to
+    ``parser`` (``on_event`` only where the parser reads ``meta_info`` alone:
+    ``_native_meta``), and whether the stream has ended ([DONE] or a fault:
+    ``parser.finish`` called then)."""
+    ended = False
+
+    def end(now: float) -> bool:
+        nonlocal ended
+        parser.finish(now)
+        ended = True
+        return True
+
+    def on_line(line: bytes, now: float) -> bool:
+        return end(now) if _data(line, parser, now) else False
+
+    def on_event(buf: bytes, start: int, stop: int, now: float) -> bool | None:
+        meta = _native_meta(buf, start, stop)
+        if meta is None:
+            return None
+        parser.meta(meta, now)
+        return end(now) if parser.rec.error else False  # as _data: an error ends the stream
+
+    return on_line, on_event if parser.meta_only else None, lambda: ended
+
+
 def _data(line: bytes, parser: Parser, now: float) -> bool:
     """Handle one SSE line; True at [DONE]."""
     if parser.meta_only:
@@ -863,29 +891,7 @@ class RawTransport:
         data = self._request("POST", req.path, jsonfast.dumps(req.body))
         rec.sent_wall = time.time()
         rec.sent = clock()
-        done = False
-
-        def on_line(line: bytes, now: float) -> bool:
-            nonlocal done
-            if _data(line, parser, now):
-                parser.finish(now)
-                done = True
-                return True
-            return False
-
-        def native_event(buf: bytes, start: int, stop: int, now: float) -> bool | None:
-            nonlocal done
-            meta = _native_meta(buf, start, stop)
-            if meta is None:
-                return None
-            parser.meta(meta, now)
-            if parser.rec.error:  # as _data: an error ends the stream
-                parser.finish(now)
-                done = True
-                return True
-            return False
-
-        on_event = native_event if parser.meta_only else None
+        on_line, on_event, done = stream_handlers(parser)
         for attempt in (1, 2):
             try:
                 conn, reused = await self._acquire()
@@ -901,7 +907,7 @@ class RawTransport:
             rec.sent = clock()
             rec.body_written = True
             conn.transport.write(data)
-            ok = await self._wait_stream(ex, lambda: done)
+            ok = await self._wait_stream(ex, done)
             self._release(conn, ex)
             if ex.error is not None and not ex.got_bytes and reused and attempt == 1:
                 # A kept-alive connection the server had closed: once more on a fresh one.
@@ -914,9 +920,9 @@ class RawTransport:
                 text = b"".join(ex.body).decode("utf-8", errors="replace")[:300]
                 parser.error(_status_kind(ex.status), f"HTTP {ex.status}: {text}")
                 rec.end = clock()
-            elif ex.error is not None and not done:
+            elif ex.error is not None and not done():
                 parser.error("reset", f"{ex.error}")
-            elif not done:
+            elif not done():
                 parser.finish(clock())
             break
         if rec.end is None:

@@ -388,6 +388,16 @@ def test_render_scaling_builds_exact_deterministic_stores(tmp_path):
             "points_with_requests"} <= set(rows[0])
     assert all(r["wall_s"] > 0 and r["bytes_per_point"] > 0 for r in rows)
     assert sorted(p.name for p in (tmp_path / "work" / "store-120" / "runs").glob("perf-write-*")) == []
+    # The same points one run file per point, as `findings bench --url` writes them (item 4 of issue 38).
+    bench = tmp_path / "bench"
+    stats_bench = mod.build_store(bench, 300, seed=3, request_fraction=0.2, shape="bench")
+    assert stats_bench["points"] == 300 and stats_bench["runs"] == 300
+    shaped = store.load(bench)
+    assert len(shaped.points) == 300 and len({p.run_id for p in shaped.points}) == 300
+    assert sorted((p.campaign, p.config, p.workload, p.concurrency, sorted(p.metrics.items())) for p in shaped.points) == \
+        sorted((p.campaign, p.config, p.workload, p.concurrency, sorted(p.metrics.items())) for p in data.points)
+    [row] = mod.measure_bench_shape(300, tmp_path / "work")
+    assert row["command"] == "render-bench-shape" and row["runs"] == 300 and row["wall_s"] > 0
 
 
 @pytest.mark.parametrize("seed", range(4))

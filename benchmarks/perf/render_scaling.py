@@ -24,7 +24,6 @@ cache is not dropped, so "cold" means a fresh interpreter, not a cold disk.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -218,8 +217,8 @@ def build_store(folder: Path, n_points: int, seed: int = 0, request_fraction: fl
             if not points:
                 continue
             groups = [(run_id, content, points)] if shape == "matrix" else [
-                (f"{run_id}-{i:04d}", f"{content}/{i}", [dataclasses.replace(p, id=point_id(f"{run_id}-{i:04d}", 0),
-                                                                             run_id=f"{run_id}-{i:04d}")])
+                (f"{run_id}-{i:04d}", f"{content}/{i}", [p._replace(id=point_id(f"{run_id}-{i:04d}", 0),
+                                                                   run_id=f"{run_id}-{i:04d}")])
                 for i, p in enumerate(points)]
             for rid, key, pts in groups:
                 runs.append(Run(schema_version=SCHEMA_VERSION, run_id=rid, source="runner",

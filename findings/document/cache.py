@@ -49,7 +49,8 @@ from findings.derive.analysis import point_series
 from findings.derive.history import HistoryCache
 from findings.derive.validity import records_counted
 from findings.core.model import Dataset, Metrics, Point, Run
-from findings.store.schema import SIDECAR_SUFFIX, hash_and_seal, seal_state
+from findings.store.schema import (SIDECAR_SUFFIX, campaign_of, facts_of, hash_and_seal, params_of, seal_state,
+                                   shareable_facts)
 
 #: Bump when what an entry holds changes.
 VERSION = "1"
@@ -252,6 +253,90 @@ def _derived(run: Run) -> Run:
     return dataclasses.replace(run, points=points)
 
 
+class _Shared:
+    """Stands for an object in a pickle: unpickled as ``make(*args)``, the
+    process's one object of those fields (schema.params_of, facts_of,
+    campaign_of; sys.intern for a name). A run unpickled alone shares
+    nothing with the runs unpickled before it: read from the cache, a
+    million points held a dict of parameters each, and a store of one
+    run per point its own facts, campaign and names per point (D136)."""
+
+    __slots__ = ("make", "args")
+
+    def __init__(self, make: Any, args: tuple[Any, ...]) -> None:
+        self.make, self.args = make, args
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return (self.make, self.args)
+
+
+#: Where Run's fields are in its pickle (Run.__reduce__: its slots in order).
+_RUN_FIELD = {name: i for i, name in enumerate(Run.__slots__)}  # type: ignore[attr-defined]
+_NAMES = tuple(_RUN_FIELD[f] for f in ("source", "importer", "importer_version", "tool_version", "created_at"))
+
+
+_new_tuple = tuple.__new__  # a Point from its fields in order, without a call of its __new__
+#: name -> its _Shared (sys.intern), made once per name in the process.
+_NAME_MARKS: dict[str, _Shared] = {}
+
+
+def _name_mark(text: Any) -> Any:
+    if type(text) is not str:
+        return text
+    if len(_NAME_MARKS) >= 65536:
+        _NAME_MARKS.clear()
+    mark = _NAME_MARKS[text] = _Shared(sys.intern, (text,))
+    return mark
+
+
+def _to_pickle(run: Run, keep_path: bool = True) -> _Shared:
+    """What is pickled of a run, unpickled as the run (less its path, unless
+    ``keep_path``): what runs share when read from their files (each point's
+    parameters, the facts, the campaigns, the names and the strings many
+    runs repeat) as _Shared, one per distinct object of the run. Parameters
+    with a float stay as they are, as ``_params`` leaves them (0.0 ==
+    -0.0), and so do facts that are not all strings, integers, booleans
+    and nulls."""
+    named = _NAME_MARKS.get
+    marks: dict[int, Any] = {}
+    keys_of: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def keys(d: dict[str, Any]) -> tuple[str, ...]:
+        k = tuple(d)
+        return keys_of.setdefault(k, k)
+
+    def params(obj: Any) -> Any:
+        found = marks.get(id(obj))
+        if found is None:
+            found = obj
+            if type(obj) is dict and obj and float not in map(type, obj.values()):
+                found = _Shared(params_of, (keys(obj), tuple(obj.values())))
+            marks[id(obj)] = found
+        return found
+
+    def facts(obj: Any) -> Any:
+        return _Shared(facts_of, (keys(obj), tuple(obj.values()))) if shareable_facts(obj) else obj
+
+    args = list(run.__reduce__()[1])
+    points = []
+    mark = marks.get
+    for (pid, rid, campaign, config, workload, conc, metrics, source, source_file, line, note, wp, requests,
+         series) in run.points:
+        points.append(_new_tuple(Point, (
+            pid, rid, named(campaign) or _name_mark(campaign), named(config) or _name_mark(config),
+            named(workload) or _name_mark(workload), conc, metrics, named(source) or _name_mark(source),
+            source_file, line, note, mark(id(wp)) or params(wp), requests, series)))
+    args[_RUN_FIELD["points"]] = tuple(points)
+    for i in _NAMES:
+        args[i] = named(args[i]) or _name_mark(args[i])
+    args[_RUN_FIELD["environment"]] = facts(run.environment)
+    args[_RUN_FIELD["configs"]] = {named(k) or _name_mark(k): facts(v) for k, v in run.configs.items()}
+    args[_RUN_FIELD["campaigns"]] = tuple(_Shared(campaign_of, (c.name, c.date, c.order)) for c in run.campaigns)
+    if not keep_path:
+        args[_RUN_FIELD["path"]] = None
+    return _Shared(Run, tuple(args))
+
+
 def load(store: Path, found: Scan | None = None) -> Dataset:
     """The store as ``store.load`` reads it, less the per-request records
     (their window series kept): cached runs from the cache, the others read
@@ -286,19 +371,24 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
             if error is not None:
                 raise error
             assert run is not None
-            _write(Path(entry), pickle.dumps(dataclasses.replace(run, path=None), protocol=pickle.HIGHEST_PROTOCOL))
+            _write(Path(entry), pickle.dumps(_to_pickle(run, keep_path=False), protocol=pickle.HIGHEST_PROTOCOL))
             got[at] = run
         runs.extend(r for r in got if r is not None)
     return store_mod.merge(runs)
 
 
 #: A store of at least this many run files is read by two processes when
-#: two cores are free (D133): this one reads the first half of the files,
-#: a forked one the second, in chunks it sends back pickled through a pipe
+#: two cores are free (D133): this one reads the first files (``MINE``),
+#: a forked one the others, in chunks it sends back pickled through a pipe
 #: (a run unpickles several times faster than it is parsed and checked).
 PARALLEL_FILES = 256
 #: The forked reader's files per chunk: at least this many, at most 64 chunks.
 CHUNK_FILES = 64
+#: The share of the files this process reads when two read: a little more
+#: than half, since the forked reader also pickles what it read, and this
+#: process unpickles it between its own chunks (D136: measured on the 1M-
+#: and 100k-point perf stores, where each took about as long as the other).
+MINE = 0.52
 
 #: What reading one run file gave: its run (or the error it raised) and
 #: whether its seal says it was edited by hand.
@@ -335,6 +425,8 @@ def _read_in_child(top: str, chunks: list[list[str]], out: int, seals: bool = Tr
         for chunk in chunks:
             got = _read_files(top, chunk, seals)
             try:
+                # As they are: what they share is shared within the chunk's
+                # pickle (marking it, _to_pickle, cost more than it saved: D136).
                 blob = pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # an error object that does not pickle: the parent reads the chunk
                 blob = pickle.dumps(None)
@@ -359,18 +451,20 @@ def _drain(fd: int, frames: list[bytes | None]) -> None:
                 del pending[:8 + size]
 
 
-def _chunks_back(frames: list[bytes | None], count: int) -> list[list[_Read] | None]:
+def _chunks_back(frames: list[bytes | None], count: int, back: list[list[_Read] | None] | None = None,
+                 upto: int | None = None) -> list[list[_Read] | None]:
     """The forked reader's chunks as it sent them, in order (each frame let
     go once read): None for one it did not give back (it died first, or
-    the result did not pickle)."""
-    out: list[list[_Read] | None] = []
-    for k in range(min(count, len(frames))):
+    the result did not pickle). ``back``: those unpickled before, added to;
+    ``upto``: only the frames come so far, none made up for."""
+    out: list[list[_Read] | None] = [] if back is None else back
+    for k in range(len(out), min(count, len(frames))):
         frame, frames[k] = frames[k], None
         try:
             out.append(pickle.loads(frame) if frame is not None else None)
         except Exception:
             out.append(None)
-    return out + [None] * (count - len(out))
+    return out if upto is not None else out + [None] * (count - len(out))
 
 
 def _cores() -> int:
@@ -382,14 +476,15 @@ def _cores() -> int:
 
 def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     """``_read_files`` of every file: for a large store on two free cores,
-    the first half here and the second in a forked process (D133), else
-    all here. Whatever the forked reader does not give back is read here,
+    the first files here (``MINE`` of them) and the others in a forked
+    process (D133), each chunk it sends back unpickled here between this
+    process's own chunks, else all here. Whatever the forked reader does not give back is read here,
     so the outcome, and the first error in file order, is the same either
     way. The forked reader ends when this process does: its next write
     finds the pipe closed, and an interrupted or failed read here kills it."""
     if len(names) < PARALLEL_FILES or _cores() < 2 or not hasattr(os, "fork"):
         return _read_files(top, names, seals)
-    half = (len(names) + 1) // 2
+    half = min(len(names) - 1, max(1, round(len(names) * MINE)))
     theirs = names[half:]
     size = max(CHUNK_FILES, -(-len(theirs) // 64))
     chunks = [theirs[k:k + size] for k in range(0, len(theirs), size)]
@@ -414,13 +509,17 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     drain.start()
     done = False
     try:
-        out = _read_files(top, names[:half], seals)
-        if out and out[-1][2] is not None:
-            return out  # an error in this half comes first
+        out: list[_Read] = []
+        back: list[list[_Read] | None] = []
+        for k in range(0, half, size):
+            out.extend(_read_files(top, names[k:min(half, k + size)], seals))
+            if out and out[-1][2] is not None:
+                return out  # an error in this share comes first
+            _chunks_back(frames, len(chunks), back, upto=len(frames))  # what came meanwhile
         drain.join()
         os.waitpid(pid, 0)
         done = True
-        for chunk, got in zip(chunks, _chunks_back(frames, len(chunks))):
+        for chunk, got in zip(chunks, _chunks_back(frames, len(chunks), back)):
             got = got if got is not None else _read_files(top, chunk, seals)
             out.extend(got)
             if got and got[-1][2] is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import random
 import zlib
 from pathlib import Path
@@ -530,3 +531,53 @@ def test_kept_peaks_and_compare_at_equal_computing_them_afresh(seed):
                 assert grown.peak(config) == fresh.peak(config)
                 assert grown.compare_at(config, rules.baseline, fresh.concurrencies) == \
                     [grown.compare(config, rules.baseline, c) for c in fresh.concurrencies]
+
+
+def _cells_point_by_point(data: Dataset, flags: dict[str, tuple[str, ...]]) -> list[Any]:
+    """What ``cells`` computed before it grouped in columns (issue 38): the
+    specification, point by point."""
+    from findings.derive.analysis import SIMULATED_SUFFIX, Cell, point_series
+    rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    groups: dict[tuple[str, str, int, str, int], list[Point]] = {}
+    for p in data.points:
+        if p.id in flags or THROUGHPUT not in p.metrics or "load" in p.workload_params:
+            continue
+        key = (p.workload + (SIMULATED_SUFFIX if p.source == "simulated" else ""), p.campaign, rank[p.campaign],
+               p.config, p.concurrency)
+        groups.setdefault(key, []).append(p)
+    out = []
+    for key in sorted(groups):
+        pts = sorted(groups[key], key=lambda p: p.id)
+        values = tuple(p.metrics[THROUGHPUT] for p in pts)
+        mean = math.fsum(values) / len(values)
+        out.append(Cell(*key, mean, min(values), max(values), len(values), tuple(p.id for p in pts), values,
+                        point_series(pts[0]) if len(pts) == 1 else ()))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cells_in_columns_are_the_cells_point_by_point(seed):
+    """The cells grouped by a stable sort of coded keys (stats.group_runs):
+    the same cells, bit for bit and in the same order, as grouping point by
+    point, whatever the order of the points, with simulated, flagged,
+    open-loop and unmeasured points among them."""
+    rng = random.Random(seed)
+    data = synthetic(seed, campaigns=14)
+    points = []
+    for p in data.points:
+        roll = rng.random()
+        if roll < 0.1:
+            p = p._replace(source="simulated")
+        elif roll < 0.15:
+            p = p._replace(workload_params={"load": "poisson"})
+        elif roll < 0.2:
+            p = p._replace(metrics={"mean_ttft_ms": 12.0})
+        points.append(p)
+    rng.shuffle(points)
+    data = dataclasses.replace(data, points=tuple(points))
+    flags = {p.id: ("flagged",) for p in points if rng.random() < 0.1}
+    want = _cells_point_by_point(data, flags)
+    got = cells(data, Rules(), flags)
+    assert [tuple(c) for c in got] == [tuple(c) for c in want]
+    assert any(c.n > 1 for c in got) and any(c.workload.endswith(" (simulated)") for c in got)
+    assert [c.mean.hex() for c in got] == [c.mean.hex() for c in want]

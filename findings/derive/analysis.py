@@ -27,7 +27,7 @@ from typing import Collection, Iterable, Iterator, Mapping, NamedTuple, Sequence
 from findings.derive import crossover as crossover_mod
 from findings.core.model import THROUGHPUT, Dataset, Point
 from findings.core.series import window_series
-from findings.derive.stats import ratio_bounds, ratio_ci
+from findings.derive.stats import group_runs, ratio_bounds, ratio_ci
 from findings.derive.tuning import Objective
 from findings.derive.validity import Gates, flagged
 
@@ -338,38 +338,50 @@ def cells(data: Dataset, rules: Rules | None = None,
 
     Sorted by (workload, campaign, rank, config, concurrency); a cell's
     points are in point-id order. ``flags``: ``flagged(data, rules.gates)``,
-    if the caller has it."""
+    if the caller has it.
+
+    In columns (issue 38): each key's values coded in their sort order,
+    the points grouped by a stable sort of the codes (stats.group_runs),
+    one step per cell, not per point."""
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
     skip = (flagged(data, rules.gates) if flags is None else flags) if rules is not None else {}
-    groups: dict[tuple[str, str, int, str, int], list[Point]] = {}
-    suffix = {False: "", True: SIMULATED_SUFFIX}
-    for p in data.points:
-        # Open-loop points (workload_params "load") are judged on a rate axis
-        # (findings/derive/openloop.py): under an open loop throughput is the offered load.
-        if p.id in skip or THROUGHPUT not in p.metrics or "load" in p.workload_params:
-            continue
-        key = (p.workload + suffix[p.source == "simulated"], p.campaign, rank[p.campaign], p.config, p.concurrency)
-        group = groups.get(key)
-        if group is None:
-            groups[key] = [p]
-        else:
-            group.append(p)
+    # Open-loop points (workload_params "load") are judged on a rate axis
+    # (findings/derive/openloop.py): under an open loop throughput is the offered load.
+    pts = [p for p in data.points
+           if THROUGHPUT in p.metrics and "load" not in p.workload_params and p.id not in skip]
+    if not pts:
+        return []
+    workloads = [p.workload + SIMULATED_SUFFIX if p.source == "simulated" else p.workload for p in pts]
+    campaigns = list(map(_CAMPAIGN, pts))
+    configs = list(map(_CONFIG, pts))
+    concs = list(map(_CONCURRENCY, pts))
+    columns = []
+    for values in (workloads, campaigns, configs, concs):
+        code = {v: i for i, v in enumerate(sorted(set(values)))}
+        columns.append(list(map(code.__getitem__, values)))
+    order, starts = group_runs(columns)
     out = []
-    for key in sorted(groups):
-        pts = groups[key]
-        workload, campaign, r, config, conc = key
-        if len(pts) == 1:
-            p = pts[0]
+    append = out.append
+    for k in range(len(starts) - 1):
+        lo, hi = starts[k], starts[k + 1]
+        i = order[lo]
+        p = pts[i]
+        workload, campaign, config, conc = workloads[i], campaigns[i], configs[i], concs[i]
+        if hi - lo == 1:
             value = p.metrics[THROUGHPUT]
-            out.append(Cell(workload, campaign, r, config, conc, value, value, value, 1, (p.id,), (value,),
-                            point_series(p)))
+            series = p.series if p.series is not None else point_series(p)
+            append(Cell(workload, campaign, rank[campaign], config, conc, value, value, value, 1, (p.id,), (value,),
+                        series))
             continue
-        pts.sort(key=lambda p: p.id)
-        values = tuple(p.metrics[THROUGHPUT] for p in pts)
-        out.append(Cell(workload=workload, campaign=campaign, rank=r, config=config, concurrency=conc,
-                        mean=_mean(values), lo=min(values), hi=max(values), n=len(values),
-                        point_ids=tuple(p.id for p in pts), values=values))
+        group = sorted((pts[j] for j in order[lo:hi]), key=_ID)
+        values = tuple(q.metrics[THROUGHPUT] for q in group)
+        append(Cell(workload, campaign, rank[campaign], config, conc, _mean(values), min(values), max(values),
+                    len(values), tuple(map(_ID, group)), values))
     return out
+
+
+_ID, _CAMPAIGN, _CONFIG, _CONCURRENCY = (operator.attrgetter(name) for name in ("id", "campaign", "config",
+                                                                               "concurrency"))
 
 
 def point_series(p: Point) -> tuple[float, ...]:

@@ -152,3 +152,25 @@ def table_rows(packed: bytes, width: int, above: Sequence[tuple[int, float]],
     inverse = np.empty(len(ranked), dtype=np.intp)
     inverse[order] = np.cumsum(first) - 1
     return (np.flatnonzero(hit).tolist(), [tuple(row) for row in ranked[first].tolist()], inverse.tolist())
+
+
+def group_runs(codes: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """Rows grouped by their codes (one list per column, most significant
+    first, each row's code in each): the row numbers in the order of their
+    codes (rows with equal codes in their own order: a stable sort), and
+    where each group starts in it, then its length. At C speed: the cells
+    of a million points (findings/derive/analysis.py, issue 38)."""
+    import numpy as np
+
+    if not codes or not len(codes[0]):
+        return [], [0]
+    keys = [np.asarray(c, dtype=np.int64) for c in codes]
+    order = np.lexsort(keys[::-1])  # the last key is the primary one; stable
+    change = np.zeros(len(order), dtype=bool)
+    change[0] = True
+    for k in keys:
+        ranked = k[order]
+        change[1:] |= ranked[1:] != ranked[:-1]
+    starts = np.flatnonzero(change).tolist()
+    return order.tolist(), starts + [len(order)]
+

@@ -10,7 +10,8 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from operator import attrgetter
+from typing import Any, Iterator, Mapping, Sequence
 
 from findings.core import fmt
 from findings.core.model import THROUGHPUT, Dataset, Point, Run, Scalar
@@ -54,6 +55,26 @@ def _scalar(v: Scalar) -> str:
     return "" if v is None else str(v)
 
 
+_point_id = attrgetter("id")
+
+
+class _Numbered(Mapping[str, str]):
+    """point id -> ``P<n>``, made when asked for (a store of a million points
+    cites a few hundred)."""
+
+    def __init__(self, place: dict[str, int]) -> None:
+        self._place = place
+
+    def __getitem__(self, point_id: str) -> str:
+        return f"P{self._place[point_id]}"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._place)
+
+    def __len__(self) -> int:
+        return len(self._place)
+
+
 class Labels:
     """Short, stable labels P1, P2, ... for points, in document order, so that
     every number can be traced to the appendix and from there to the store."""
@@ -63,7 +84,7 @@ class Labels:
         ordered = sorted(data.points, key=lambda p: (rank[p.campaign], analysis_workload(p.workload, p.simulated),
                                                       p.config != rules.baseline, p.config, p.concurrency, p.id))
         self.points = ordered
-        self.of = {p.id: f"P{i}" for i, p in enumerate(ordered, start=1)}
+        self.of: Mapping[str, str] = _Numbered(dict(zip(map(_point_id, ordered), range(1, len(ordered) + 1))))
         #: The point ids the document cites, for an appendix of only those.
         self.cited: set[str] = set()
 
@@ -686,11 +707,14 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
             not in ("none", "", "null")}
     runs_by_id = {r.run_id: r for r in data.runs}
+    # The closed loop's points of the campaigns shown, by workload (an open
+    # loop's are judged on a rate axis: the open-loop sections).
+    closed = [p for p in data.points if load_verdicts.open_loop(p) is None]
     by_campaign: dict[str, dict[str, list[Point]]] = {}
-    for p in data.points:
-        if load_verdicts.open_loop(p) is not None:
-            continue  # judged on a rate axis: the open-loop sections
-        by_campaign.setdefault(p.campaign, {}).setdefault(analysis_workload(p.workload, p.simulated), []).append(p)
+    for p in closed:
+        if p.campaign in shown_names:
+            by_campaign.setdefault(p.campaign, {}).setdefault(analysis_workload(p.workload, p.simulated),
+                                                              []).append(p)
     valid_at: dict[tuple[str, str], list[Cell]] = {}
     valid_of: dict[str, list[Cell]] = {}
     for cell in valid:
@@ -793,7 +817,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     if hidden:
         hidden_campaigns = {"count": len(hidden), "shown": len(shown), "first": hidden[0].name,
                             "first_when": hidden[0].when, "last": hidden[-1].name, "last_when": hidden[-1].when,
-                            "points": sum(len(p) for c in hidden for p in by_campaign.get(c.name, {}).values())}
+                            "points": len(closed) - sum(len(p) for w in by_campaign.values() for p in w.values())}
     appendix = _appendix(labels, flags, data, only_cited=bool(hidden), n_of=derived.counts)
     moves_shown = [m for m in found if m.campaign in shown_names]
     open_sections = [

@@ -581,3 +581,32 @@ def test_cells_in_columns_are_the_cells_point_by_point(seed):
     assert [tuple(c) for c in got] == [tuple(c) for c in want]
     assert any(c.n > 1 for c in got) and any(c.workload.endswith(" (simulated)") for c in got)
     assert [c.mean.hex() for c in got] == [c.mean.hex() for c in want]
+
+
+def test_the_replay_chain_hashes_every_field_by_value():
+    """history._cells_digest: equal cells hash alike whichever string
+    objects hold their names (marshal's format 2 writes no references), and
+    a change of any field, a float by one bit included, changes the hash."""
+    import hashlib
+    import sys
+
+    from findings.derive.analysis import Cell
+    from findings.derive.history import _cells_digest
+
+    def digest(cs: list[Cell]) -> str:
+        h = hashlib.sha256()
+        _cells_digest(h, cs)
+        return h.hexdigest()
+
+    name = "".join(["base", "line"])  # not the interned "baseline"
+    a = [Cell("w", "c1", 0, "baseline", 8, 101.5, 100.0, 103.0, 2, ("r/0", "r/1"), (100.0, 103.0)),
+         Cell("w", "c1", 0, "spec", 8, 120.0, 120.0, 120.0, 1, ("r/2",), (120.0,), (1.0, 2.0))]
+    b = [a[0]._replace(config=name, point_ids=tuple("".join(["r/", d]) for d in "01")), a[1]]
+    assert a[0].config is not b[0].config and sys.intern(b[0].config) is a[0].config
+    assert digest(a) == digest(b)
+    changed = [a[0]._replace(mean=math.nextafter(101.5, 200.0)), a[0]._replace(point_ids=("r/0", "r/9")),
+               a[0]._replace(n=3), a[0]._replace(concurrency=16), a[0]._replace(values=(100.0, 103.5)),
+               a[0]._replace(workload="w2"), a[0]._replace(series=(0.0,))]
+    seen = {digest(a)} | {digest([c, a[1]]) for c in changed}
+    assert len(seen) == len(changed) + 1
+    assert digest(a[::-1]) != digest(a)

@@ -7,6 +7,7 @@ behind it, is that campaign's entry. Pure: no I/O.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import marshal
 from dataclasses import dataclass, field
@@ -290,8 +291,18 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
         by_rank.setdefault(cell.rank, []).append(cell)
     base_steps = [m for m in regressions.steps(found) if m.config == rules.baseline]
 
+    # The breaks known after a campaign change only where a step becomes
+    # known: one mapping per number of steps known, not one per campaign
+    # (which read every step at every campaign: quadratic in a long history).
+    known = sorted(m.known_at for m in base_steps)
+    by_known: dict[int, dict[str, dict[int, frozenset[int]]]] = {}
+
     def breaks_at(rank: int) -> dict[str, dict[int, frozenset[int]]]:
-        return regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
+        k = bisect.bisect_right(known, rank)
+        found = by_known.get(k)
+        if found is None:
+            found = by_known[k] = regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
+        return found
 
     chain = _chain(data, rules, by_rank, breaks_at) if cache is not None else []
     tables: dict[str, Table] = {}

@@ -355,12 +355,12 @@ def cells(data: Dataset, rules: Rules | None = None,
     campaigns = list(map(_CAMPAIGN, pts))
     configs = list(map(_CONFIG, pts))
     concs = list(map(_CONCURRENCY, pts))
-    columns = []
-    for values in (workloads, campaigns, configs, concs):
-        code = {v: i for i, v in enumerate(sorted(set(values)))}
-        columns.append(list(map(code.__getitem__, values)))
+    columns: list[list[int]] = []
+    for column in (workloads, campaigns, configs, concs):
+        code = {v: i for i, v in enumerate(sorted(set(column)))}
+        columns.append(list(map(code.__getitem__, column)))
     order, starts = group_runs(columns)
-    out = []
+    out: list[Cell] = []
     append = out.append
     for k in range(len(starts) - 1):
         lo, hi = starts[k], starts[k + 1]

@@ -271,7 +271,7 @@ class _Shared:
 
 
 #: Where Run's fields are in its pickle (Run.__reduce__: its slots in order).
-_RUN_FIELD = {name: i for i, name in enumerate(Run.__slots__)}  # type: ignore[attr-defined]
+_RUN_FIELD = {name: i for i, name in enumerate(Run.__slots__)}
 _NAMES = tuple(_RUN_FIELD[f] for f in ("source", "importer", "importer_version", "tool_version", "created_at"))
 
 
@@ -317,7 +317,7 @@ def _to_pickle(run: Run, keep_path: bool = True) -> _Shared:
     def facts(obj: Any) -> Any:
         return _Shared(facts_of, (keys(obj), tuple(obj.values()))) if shareable_facts(obj) else obj
 
-    args = list(run.__reduce__()[1])
+    args: list[Any] = list(run.__reduce__()[1])
     points = []
     mark = marks.get
     for (pid, rid, campaign, config, workload, conc, metrics, source, source_file, line, note, wp, requests,

@@ -379,7 +379,7 @@ def campaign_of(name: str, date: str | None, order: int | None) -> Campaign:
 def shareable_facts(d: object) -> bool:
     """Whether ``facts_of`` can stand for this dict: its values all strings,
     integers, booleans or nulls (valid by their types alone)."""
-    return type(d) is dict and _FACT_TYPES.issuperset(map(type, d.values()))  # type: ignore[union-attr]
+    return type(d) is dict and _FACT_TYPES.issuperset(map(type, d.values()))
 
 
 def params_of(keys: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:

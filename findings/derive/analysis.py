@@ -369,9 +369,8 @@ def cells(data: Dataset, rules: Rules | None = None,
         workload, campaign, config, conc = workloads[i], campaigns[i], configs[i], concs[i]
         if hi - lo == 1:
             value = p.metrics[THROUGHPUT]
-            series = p.series if p.series is not None else point_series(p)
             append(Cell(workload, campaign, rank[campaign], config, conc, value, value, value, 1, (p.id,), (value,),
-                        series))
+                        point_series(p)))
             continue
         group = sorted((pts[j] for j in order[lo:hi]), key=_ID)
         values = tuple(q.metrics[THROUGHPUT] for q in group)

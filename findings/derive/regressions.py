@@ -282,17 +282,6 @@ def _band(old: Cell, new: Cell, rules: Rules) -> float:
     return max(rules.noise_floor, old.spread, new.spread)
 
 
-def _out_of_band(old: Cell, new: Cell, floor: float) -> bool:
-    """``_beyond``'s first test, ``abs(ratio - 1) > _band(...)``, at less cost
-    (the spreads of cells with positive means; issue 38)."""
-    band = floor
-    if old.n >= 2:
-        band = max(band, (old.hi - old.lo) / old.mean)
-    if new.n >= 2:
-        band = max(band, (new.hi - new.lo) / new.mean)
-    return abs(new.mean / old.mean - 1) > band
-
-
 def _beyond(old: Cell, new: Cell, rules: Rules) -> tuple[float, float, bool]:
     """(ratio, band, beyond the band)."""
     ratio = new.mean / old.mean
@@ -324,7 +313,6 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
         names[cell.rank] = cell.campaign
     out: list[Move] = []
     between = FactsBetween(facts_of)
-    floor = rules.noise_floor
     for (workload, config), by_rank in sorted(series.items()):
         ranks = sorted(by_rank)
         p = ranks[0]
@@ -334,7 +322,8 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
             common = sorted(set(old) & set(new))
             # Most pairs move within their band at every C: none beyond it,
             # no move (the bootstrap in _beyond only ever takes one back).
-            if not common or not any(_out_of_band(old[c], new[c], floor) for c in common):
+            if not common or not any(abs(new[c].mean / old[c].mean - 1) > _band(old[c], new[c], rules)
+                                     for c in common):
                 p = q
                 continue
             measured = [(c, *_beyond(old[c], new[c], rules)) for c in common]

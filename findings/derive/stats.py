@@ -173,4 +173,3 @@ def group_runs(codes: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
         change[1:] |= ranked[1:] != ranked[:-1]
     starts = np.flatnonzero(change).tolist()
     return order.tolist(), starts + [len(order)]
-

@@ -49,8 +49,8 @@ from findings.derive.analysis import point_series
 from findings.derive.history import HistoryCache
 from findings.derive.validity import records_counted
 from findings.core.model import Dataset, Metrics, Point, Run
-from findings.store.schema import (SIDECAR_SUFFIX, campaign_of, facts_of, hash_and_seal, params_of, seal_state,
-                                   shareable_facts)
+from findings.store.schema import (SHARED_MAX, SIDECAR_SUFFIX, campaign_of, facts_of, hash_and_seal, params_of,
+                                   seal_state, shareable_facts)
 
 #: Bump when what an entry holds changes.
 VERSION = "1"
@@ -283,15 +283,14 @@ _NAME_MARKS: dict[str, _Shared] = {}
 def _name_mark(text: Any) -> Any:
     if type(text) is not str:
         return text
-    if len(_NAME_MARKS) >= 65536:
+    if len(_NAME_MARKS) >= SHARED_MAX:
         _NAME_MARKS.clear()
     mark = _NAME_MARKS[text] = _Shared(sys.intern, (text,))
     return mark
 
 
-def _to_pickle(run: Run, keep_path: bool = True) -> _Shared:
-    """What is pickled of a run, unpickled as the run (less its path, unless
-    ``keep_path``): what runs share when read from their files (each point's
+def _to_pickle(run: Run) -> _Shared:
+    """A run's cache entry, unpickled as the run less its path: what runs share when read from their files (each point's
     parameters, the facts, the campaigns, the names and the strings many
     runs repeat) as _Shared, one per distinct object of the run. Parameters
     with a float stay as they are, as ``_params`` leaves them (0.0 ==
@@ -332,8 +331,7 @@ def _to_pickle(run: Run, keep_path: bool = True) -> _Shared:
     args[_RUN_FIELD["environment"]] = facts(run.environment)
     args[_RUN_FIELD["configs"]] = {named(k) or _name_mark(k): facts(v) for k, v in run.configs.items()}
     args[_RUN_FIELD["campaigns"]] = tuple(_Shared(campaign_of, (c.name, c.date, c.order)) for c in run.campaigns)
-    if not keep_path:
-        args[_RUN_FIELD["path"]] = None
+    args[_RUN_FIELD["path"]] = None
     return _Shared(Run, tuple(args))
 
 
@@ -371,7 +369,7 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
             if error is not None:
                 raise error
             assert run is not None
-            _write(Path(entry), pickle.dumps(_to_pickle(run, keep_path=False), protocol=pickle.HIGHEST_PROTOCOL))
+            _write(Path(entry), pickle.dumps(_to_pickle(run), protocol=pickle.HIGHEST_PROTOCOL))
             got[at] = run
         runs.extend(r for r in got if r is not None)
     return store_mod.merge(runs)
@@ -437,7 +435,7 @@ def _read_in_child(top: str, chunks: list[list[str]], out: int, seals: bool = Tr
 
 def _drain(fd: int, frames: list[bytes | None]) -> None:
     """Every pickle the forked reader writes, as it comes (so that it never
-    waits on a full pipe while this process reads its own half), each kept
+    waits on a full pipe while this process reads its own share), each kept
     whole on its own; a frame cut short (the reader died) is left out."""
     pending = bytearray()
     with os.fdopen(fd, "rb") as pipe:
@@ -452,11 +450,11 @@ def _drain(fd: int, frames: list[bytes | None]) -> None:
 
 
 def _chunks_back(frames: list[bytes | None], count: int, back: list[list[_Read] | None] | None = None,
-                 upto: int | None = None) -> list[list[_Read] | None]:
+                 so_far: bool = False) -> list[list[_Read] | None]:
     """The forked reader's chunks as it sent them, in order (each frame let
     go once read): None for one it did not give back (it died first, or
     the result did not pickle). ``back``: those unpickled before, added to;
-    ``upto``: only the frames come so far, none made up for."""
+    ``so_far``: only the frames come so far, no None for the others yet."""
     out: list[list[_Read] | None] = [] if back is None else back
     for k in range(len(out), min(count, len(frames))):
         frame, frames[k] = frames[k], None
@@ -464,7 +462,7 @@ def _chunks_back(frames: list[bytes | None], count: int, back: list[list[_Read] 
             out.append(pickle.loads(frame) if frame is not None else None)
         except Exception:
             out.append(None)
-    return out if upto is not None else out + [None] * (count - len(out))
+    return out if so_far else out + [None] * (count - len(out))
 
 
 def _cores() -> int:
@@ -478,14 +476,14 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     """``_read_files`` of every file: for a large store on two free cores,
     the first files here (``MINE`` of them) and the others in a forked
     process (D133), each chunk it sends back unpickled here between this
-    process's own chunks, else all here. Whatever the forked reader does not give back is read here,
-    so the outcome, and the first error in file order, is the same either
+    process's own chunks, else all here. Whatever the forked reader does
+    not give back is read here, so the outcome, and the first error in file order, is the same either
     way. The forked reader ends when this process does: its next write
     finds the pipe closed, and an interrupted or failed read here kills it."""
     if len(names) < PARALLEL_FILES or _cores() < 2 or not hasattr(os, "fork"):
         return _read_files(top, names, seals)
-    half = min(len(names) - 1, max(1, round(len(names) * MINE)))
-    theirs = names[half:]
+    mine = min(len(names) - 1, max(1, round(len(names) * MINE)))
+    theirs = names[mine:]
     size = max(CHUNK_FILES, -(-len(theirs) // 64))
     chunks = [theirs[k:k + size] for k in range(0, len(theirs), size)]
     r, w = os.pipe()
@@ -511,11 +509,11 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     try:
         out: list[_Read] = []
         back: list[list[_Read] | None] = []
-        for k in range(0, half, size):
-            out.extend(_read_files(top, names[k:min(half, k + size)], seals))
+        for k in range(0, mine, size):
+            out.extend(_read_files(top, names[k:min(mine, k + size)], seals))
             if out and out[-1][2] is not None:
                 return out  # an error in this share comes first
-            _chunks_back(frames, len(chunks), back, upto=len(frames))  # what came meanwhile
+            _chunks_back(frames, len(chunks), back, so_far=True)  # what came meanwhile
         drain.join()
         os.waitpid(pid, 0)
         done = True

@@ -382,12 +382,13 @@ def shareable_facts(d: object) -> bool:
     return type(d) is dict and _FACT_TYPES.issuperset(map(type, d.values()))
 
 
-def params_of(keys: tuple[str, ...], values: tuple[Any, ...]) -> dict[str, Any]:
-    """The one dict of these workload parameters in this process, as
-    ``_params`` shares them (none of the values a float): how the render
-    cache's entries and the forked reader's runs come back unpickled, so
+def params_of(keys: tuple[str, ...], values: tuple[Any, ...],
+              types: tuple[type, ...] | None = None) -> dict[str, Any]:
+    """The one dict of these workload parameters in this process (none of
+    the values a float), its names and strings interned: what ``_params``
+    returns, and how the render cache's entries come back unpickled, so
     that equal parameters of different runs are one dict again (D136)."""
-    key = ("params", keys, values, tuple(map(type, values)))
+    key = ("params", keys, values, tuple(map(type, values)) if types is None else types)
     found = _SHARED.get(key)
     if found is None:
         found = _shared(key, lambda: {sys.intern(k): sys.intern(v) if type(v) is str else v
@@ -404,14 +405,7 @@ def _params(params: dict[str, Any], canon: dict[str, str], types: tuple[type, ..
     if types is None:
         types = tuple(map(type, params.values()))
     if float not in types:
-        # Names and strings interned: a run's pickle in the render cache
-        # then holds each once, whichever run first read a shared dict.
-        key = ("params", tuple(params), tuple(params.values()), types)
-        found = _SHARED.get(key)
-        if found is None:
-            found = _shared(key, lambda: {sys.intern(k): sys.intern(v) if type(v) is str else v
-                                          for k, v in params.items()})
-        return found  # type: ignore[no-any-return]
+        return params_of(tuple(params), tuple(params.values()), types)
     return {k: canon.setdefault(v, v) if type(v) is str else v for k, v in params.items()}
 
 
@@ -534,7 +528,7 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
             if date is not None and not valid_date(date):
                 raise r.fail(f"campaigns[{i}].date", f"expected YYYY-MM-DD, got {date!r}")
             order = r.integer(order, f"campaigns[{i}].order", optional=True)
-            known = _shared(("campaign", name, date, order), lambda: Campaign(name=name, date=date, order=order))
+            known = campaign_of(name, date, order)
         if name in seen:
             raise r.fail(f"campaigns[{i}].name", f"campaign {name!r} listed twice")
         seen.add(name)
@@ -579,7 +573,8 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
                 and (float not in ptypes or all(-_BIG < x < _BIG for x in params.values() if type(x) is float))):
             # One string object per distinct name (in the process) and
             # parameter value (in the run); the parser makes one per
-            # occurrence: about 40 MiB fewer at 100k points. Positional, in the fields' order: faster.
+            # occurrence: about 40 MiB fewer at 100k points. Positional, in
+            # the fields' order: faster.
             points.append(Point(f"{run_id}/{i}", run_id, _intern(campaign),
                                 _intern(config), _intern(workload),
                                 conc, Metrics.packed(tuple(metrics_raw), values), source,

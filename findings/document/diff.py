@@ -222,15 +222,11 @@ class Side:
 def derive(data: Dataset, settings: Settings, edited: Sequence[str] = ()) -> Side:
     """One side of the diff: the one derivation of its store (its JSON is
     ``conclusions --json``'s), and its cells of every point, valid or not."""
-    d = derive_all(data, settings.rules, aside=aside.forked)  # the history's replay aside (D137)
-    try:
-        as_json = d.to_json()
-    finally:
-        d.close()
+    d = derive_all(data, settings.rules, aside=aside.forked)
     return Side(
         edited=tuple(edited),
         data=data,
-        json=as_json,
+        json=d.to_json(),
         cells={(c.campaign, c.workload, c.config, c.concurrency): c for c in cells(data)},
         tables={
             (campaign, workload, comp.a.config, comp.concurrency): comp

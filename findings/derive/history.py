@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from findings.core import fmt
-from findings.core.aside import Aside, Pending
 from findings.derive import regressions
 from findings.derive.analysis import (Best, Candidate, Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion,
                                       cells, conclude_table)
@@ -283,124 +282,37 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     caller has them. ``cache``: resumed where its chain is a prefix of this
     data's, and left holding this replay's state (HistoryCache).
     """
-    return begin(data, rules, all_cells, found, cache, on_step).result()
+    if all_cells is None:
+        all_cells = cells(data, rules)
+    if found is None:
+        found = regressions.analyse(data, rules, all_cells)
+    by_rank: dict[int, list[Cell]] = {}
+    for cell in all_cells:
+        by_rank.setdefault(cell.rank, []).append(cell)
+    base_steps = [m for m in regressions.steps(found) if m.config == rules.baseline]
 
+    # The breaks known after a campaign change only where a step becomes
+    # known: one mapping per number of steps known, not one per campaign
+    # (which read every step at every campaign: quadratic in a long history).
+    known = sorted(m.known_at for m in base_steps)
+    by_known: dict[int, dict[str, dict[int, frozenset[int]]]] = {}
 
-#: A replay of at least this many cells runs aside when the caller can run
-#: work aside (D137): fewer take less time than forking costs.
-ASIDE_CELLS = 20_000
-
-#: workload -> (its conclusion after the last campaign that measured it, that campaign's rank).
-_Concluded = dict[str, tuple[WorkloadConclusion, int]]
-
-
-class Replay:
-    """A replay begun (``begin``): ``result()`` is ``replay``'s list of
-    entries, computed here when asked for, or aside from the start;
-    ``close()`` stops what runs aside if the result is not asked for."""
-
-    def __init__(self, entries: Callable[[], list[Entry]], *aside: Pending) -> None:
-        self._entries = entries
-        self._aside = aside
-
-    def result(self) -> list[Entry]:
-        try:
-            return self._entries()
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        for pending in self._aside:
-            pending.close()
-
-
-def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
-          found: list[regressions.Move] | None = None, cache: HistoryCache | None = None,
-          on_step: Callable[[Campaign, Conclusions], None] | None = None, aside: Aside | None = None) -> Replay:
-    """``replay``, begun. Without ``aside`` it is all done when the result is
-    asked for (never, if it is not). With ``aside`` (findings/core/aside.py),
-    the cache's chain is hashed now, and a long replay (``ASIDE_CELLS``) that
-    does not resume from the cache runs aside from now on, while the caller
-    derives the rest. The cache is left holding the replay's state once the
-    result is asked for. The result is the same either way."""
-    if aside is None or on_step is not None:
-        return Replay(lambda: _Job(data, rules, all_cells, found, cache, on_step).finish())
-    job = _Job(data, rules, all_cells, found, cache, on_step)
-    if job.resume or job.cells < ASIDE_CELLS:
-        return Replay(job.finish)
-    pending = aside(job.run)
-    return Replay(lambda: job.done(*pending.result()), pending)
-
-
-class _Job:
-    """A replay's inputs, in the order it reads them, and whether it resumes
-    from the cache."""
-
-    def __init__(self, data: Dataset, rules: Rules, all_cells: list[Cell] | None,
-                 found: list[regressions.Move] | None, cache: HistoryCache | None,
-                 on_step: Callable[[Campaign, Conclusions], None] | None) -> None:
-        if all_cells is None:
-            all_cells = cells(data, rules)
+    def breaks_at(rank: int) -> dict[str, dict[int, frozenset[int]]]:
+        k = bisect.bisect_right(known, rank)
+        found = by_known.get(k)
         if found is None:
-            found = regressions.analyse(data, rules, all_cells)
-        self.data, self.rules, self.cache, self.on_step = data, rules, cache, on_step
-        self.cells = len(all_cells)
-        by_rank: dict[int, list[Cell]] = {}
-        for cell in all_cells:
-            by_rank.setdefault(cell.rank, []).append(cell)
-        self.by_rank = by_rank
-        base_steps = [m for m in regressions.steps(found) if m.config == rules.baseline]
-        # The breaks known after a campaign change only where a step becomes
-        # known: one mapping per number of steps known, not one per campaign
-        # (which read every step at every campaign: quadratic in a long history).
-        known = sorted(m.known_at for m in base_steps)
-        by_known: dict[int, dict[str, dict[int, frozenset[int]]]] = {}
+            found = by_known[k] = regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
+        return found
 
-        def breaks_at(rank: int) -> dict[str, dict[int, frozenset[int]]]:
-            k = bisect.bisect_right(known, rank)
-            found = by_known.get(k)
-            if found is None:
-                found = by_known[k] = regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
-            return found
-
-        self.breaks_at = breaks_at
-        self.chain = _chain(data, rules, by_rank, breaks_at) if cache is not None else []
-        self.resume = cache is not None and bool(cache.chain) and on_step is None and \
-            tuple(self.chain[:len(cache.chain)]) == cache.chain
-
-    def run(self) -> tuple[list[Entry], _Concluded]:
-        """The entries, and each workload's state at the end."""
-        return _run(self.data, self.rules, self.by_rank, self.breaks_at, self.cache if self.resume else None,
-                    self.on_step)
-
-    def done(self, entries: list[Entry], concluded: _Concluded) -> list[Entry]:
-        """The entries, with the cache (if any) left holding this replay's state."""
-        cache = self.cache
-        if cache is not None:
-            cache.replayed = len(self.data.campaigns) - (len(cache.chain) if self.resume else 0)
-            cache.chain = tuple(self.chain)
-            cache.entries = tuple(entries)
-            cache.concluded = concluded
-        return entries
-
-    def finish(self) -> list[Entry]:
-        return self.done(*self.run())
-
-
-def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
-         breaks_at: Callable[[int], Mapping[str, Mapping[int, frozenset[int]]]], cache: HistoryCache | None,
-         on_step: Callable[[Campaign, Conclusions], None] | None) -> tuple[list[Entry], _Concluded]:
-    """The replay of the cells ``by_rank``, resumed from ``cache`` when
-    given (a replay of every workload): its entries and each workload's
-    state at the end."""
+    chain = _chain(data, rules, by_rank, breaks_at) if cache is not None else []
     tables: dict[str, Table] = {}
     concluded: dict[str, WorkloadConclusion] = {}
     last_rank: dict[str, int] = {}
     entries: list[Entry] = []
     between = regressions.FactsBetween(data.facts_of)
-    previous: dict[str, WorkloadConclusion] = {}
+    previous: Conclusions | None = None
     start = 0
-    if cache is not None:
+    if cache is not None and cache.chain and on_step is None and tuple(chain[:len(cache.chain)]) == cache.chain:
         # Resume: each workload's table as the replay left it (its cells up to
         # the prefix, the steps known when it was last measured), its conclusion
         # as it stood then.
@@ -411,7 +323,7 @@ def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
             tables[workload] = Table(mine, rules, verdicts_only=True, breaks=breaks_at(rank).get(workload))
             concluded[workload] = wc
             last_rank[workload] = rank
-        previous = dict(concluded)
+        previous = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
     for rank in range(start, len(data.campaigns)):
         campaign = data.campaigns[rank]
         breaks = breaks_at(rank)
@@ -427,18 +339,22 @@ def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
             # A workload this campaign did not measure concludes as before.
             concluded[workload] = conclude_table(workload, tables[workload], cross=False, detail=on_step is not None)
             last_rank[workload] = rank
-        current = [concluded[w] for w in sorted(concluded)]
+        current = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
         changes: list[Change] = []
-        for wc in current:
-            old = previous.get(wc.workload)
+        for wc in current.workloads:
+            old = previous.workload(wc.workload) if previous else None
             if wc.workload in new or old is None:
                 changes.extend(_changes(old, wc, tables[wc.workload], between))
             else:
                 changes.extend(_changes(old, wc))
-        policies = {wc.workload: {c.config: c.policy for c in wc.candidates} for wc in current}
+        policies = {wc.workload: {c.config: c.policy for c in wc.candidates} for wc in current.workloads}
         entries.append(Entry(campaign=campaign, policies=policies, changes=tuple(changes)))
         if on_step is not None:
-            on_step(campaign, Conclusions(rules=rules, workloads=tuple(current)))
-        previous = dict(concluded)
-    return entries, {w: (concluded[w], last_rank[w]) for w in concluded}
-
+            on_step(campaign, current)
+        previous = current
+    if cache is not None:
+        cache.replayed = len(data.campaigns) - start
+        cache.chain = tuple(chain)
+        cache.entries = tuple(entries)
+        cache.concluded = {w: (concluded[w], last_rank[w]) for w in concluded}
+    return entries

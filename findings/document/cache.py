@@ -290,9 +290,10 @@ def _name_mark(text: Any) -> Any:
 
 
 def _to_pickle(run: Run) -> _Shared:
-    """A run's cache entry, unpickled as the run less its path: what runs share when read from their files (each point's
-    parameters, the facts, the campaigns, the names and the strings many
-    runs repeat) as _Shared, one per distinct object of the run. Parameters
+    """A run's cache entry, unpickled as the run less its path: what runs
+    share when read from their files (each point's parameters, the facts,
+    the campaigns, the names and the strings many runs repeat) as _Shared,
+    one per distinct object of the run. Parameters
     with a float stay as they are, as ``_params`` leaves them (0.0 ==
     -0.0), and so do facts that are not all strings, integers, booleans
     and nulls."""
@@ -477,9 +478,10 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     the first files here (``MINE`` of them) and the others in a forked
     process (D133), each chunk it sends back unpickled here between this
     process's own chunks, else all here. Whatever the forked reader does
-    not give back is read here, so the outcome, and the first error in file order, is the same either
-    way. The forked reader ends when this process does: its next write
-    finds the pipe closed, and an interrupted or failed read here kills it."""
+    not give back is read here, so the outcome, and the first error in file
+    order, is the same either way. The forked reader ends when this process
+    does: its next write finds the pipe closed, and an interrupted or failed
+    read here kills it."""
     if len(names) < PARALLEL_FILES or _cores() < 2 or not hasattr(os, "fork"):
         return _read_files(top, names, seals)
     mine = min(len(names) - 1, max(1, round(len(names) * MINE)))

@@ -9,6 +9,8 @@ import asyncio
 import multiprocessing
 import os
 import pickle
+import signal
+import socket
 import struct
 import time
 
@@ -105,3 +107,52 @@ def test_run_uses_the_chosen_loop(monkeypatch):
     monkeypatch.setenv(eventloop.ENV, "auto")
     assert eventloop.run(which()).startswith("uvloop")
     assert os.environ[eventloop.ENV] == "auto"
+
+
+class _SignalOnData(asyncio.Protocol):
+    """Sends the process a signal from inside ``data_received``: where a
+    handler that raised was reported to uvloop's exception handler and
+    lost (D138)."""
+
+    def __init__(self, sig: int) -> None:
+        self.sig = sig
+
+    def data_received(self, data: bytes) -> None:
+        os.kill(os.getpid(), self.sig)
+        sum(range(1000))  # the handler runs here, between bytecodes
+
+
+@pytest.mark.parametrize("choice", ["auto", "asyncio"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_inside_a_transport_callback_stops_the_measurement(monkeypatch, choice, sig):
+    """SIGTERM or SIGHUP while the loop is inside a protocol's callback: the
+    measurement's task is cancelled (it sees CancelledError and unwinds) and
+    ``Terminated`` is raised once the loop is done, on either loop."""
+    from findings.bench.runner import Terminated, stop_signals
+
+    monkeypatch.setenv(eventloop.ENV, choice)
+    seen: list[str] = []
+
+    async def measure() -> str:
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        transport, _ = await loop.create_connection(lambda: _SignalOnData(sig), sock=a)
+        try:
+            b.send(b"x")
+            await asyncio.sleep(20)
+            return "finished"
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        finally:
+            transport.close()
+            b.close()
+
+    before = signal.getsignal(sig)
+    t = time.monotonic()
+    with pytest.raises(Terminated) as caught, stop_signals():
+        eventloop.run(measure())
+    assert caught.value.signum == sig
+    assert seen == ["cancelled"]
+    assert time.monotonic() - t < 15
+    assert signal.getsignal(sig) == before and not eventloop._flights  # the handler put back; no loop left

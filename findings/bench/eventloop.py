@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Coroutine, TypeVar
 
@@ -55,14 +56,67 @@ def check() -> None:
     _chosen()
 
 
+@dataclass
+class _Flight:
+    """A loop that ``run`` has under way: its main task, once started, and
+    the exception a stop asked ``run`` to raise."""
+
+    task: asyncio.Task[Any] | None = None
+    stop: BaseException | None = None
+
+
+#: The loops ``run`` has under way in this process, innermost last.
+_flights: list[_Flight] = []
+
+
+def stop_running(exc: BaseException) -> bool:
+    """From a signal handler (the main thread): cancel the main task of the
+    loop ``run`` has under way, as asyncio.Runner does on Ctrl-C, and have
+    ``run`` raise ``exc`` once it has unwound. False where no loop's task is
+    running: the caller raises ``exc`` itself.
+
+    Raising from the handler instead is not safe inside a loop: the handler
+    runs in whatever callback the loop is in, and uvloop reports an
+    exception raised in a transport's ``data_received`` to the loop's
+    exception handler and goes on, so the stop was lost (D138)."""
+    if not _flights or _flights[-1].task is None:
+        return False
+    flight = _flights[-1]
+    if flight.stop is None:
+        flight.stop = exc
+    assert flight.task is not None
+    flight.task.get_loop().call_soon_threadsafe(flight.task.cancel)
+    return True
+
+
+async def _tracked(main: Coroutine[Any, Any, T], flight: _Flight) -> T:
+    flight.task = asyncio.current_task()
+    return await main
+
+
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` on the chosen loop."""
+    """``asyncio.run(main)`` on the chosen loop; raises what ``stop_running``
+    was given, if it was called meanwhile."""
     try:
         found = _chosen()
     except EventLoopError:
         main.close()  # never started
         raise
-    if found is None:
-        return asyncio.run(main)
-    with asyncio.Runner(loop_factory=found.new_event_loop) as runner:
-        return runner.run(main)
+    flight = _Flight()
+    _flights.append(flight)
+    try:
+        try:
+            if found is None:
+                result = asyncio.run(_tracked(main, flight))
+            else:
+                with asyncio.Runner(loop_factory=found.new_event_loop) as runner:
+                    result = runner.run(_tracked(main, flight))
+        except asyncio.CancelledError:
+            if flight.stop is not None:
+                raise flight.stop from None
+            raise
+        if flight.stop is not None:
+            raise flight.stop  # it came as the task finished, or the task swallowed the cancel
+        return result
+    finally:
+        _flights.remove(flight)

@@ -146,7 +146,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 def stop_signals() -> Iterator[None]:
     """While measuring, SIGTERM and SIGHUP raise ``Terminated`` in the main
     thread, once: a second one during the cleanup is ignored, so that the
-    servers are still stopped. The handlers before are put back after."""
+    servers are still stopped. Inside a measurement's event loop the loop's
+    task is cancelled instead and ``Terminated`` raised once it has unwound
+    (eventloop.stop_running, D138). The handlers before are put back after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -156,7 +158,8 @@ def stop_signals() -> Iterator[None]:
         if fired:
             return
         fired.append(signum)
-        raise Terminated(signum)
+        if not eventloop.stop_running(Terminated(signum)):
+            raise Terminated(signum)
 
     before = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:

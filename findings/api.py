@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from findings import store
-from findings.core import diskio, fmt
+from findings.core import aside, diskio, fmt
 from findings.core.errors import FindingsError
 from findings.core.model import THROUGHPUT, Dataset
 from findings.decide import decide
@@ -68,14 +69,32 @@ def _plots_dir(settings: Settings, document: Path) -> Path:
 
 def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derived:
     """The one derivation of the settings' store (findings/derive/derived.py),
-    its runs and the history's replay state from the render cache."""
+    its runs from the render cache. The history is replayed only if asked
+    for (deploy, plan and the text conclusions never do); a command that
+    reads it takes ``with_history``."""
     found = found if found is not None else rendercache.scan(settings.store)
     data = rendercache.load(settings.store, found)
-    history = rendercache.get_history(found)
     with store.quiet_gc():  # millions of new objects, no cycles: a third of the time at 100k points
-        result = derive(data, settings.rules, history)
-    rendercache.put_history(found, history)
-    return result
+        return derive(data, settings.rules, rendercache.get_history(found))
+
+
+@contextlib.contextmanager
+def with_history(settings: Settings, found: rendercache.Scan | None = None) -> Iterator[Derived]:
+    """``derived``, for a command that reads the history: its replay runs
+    aside from the moment the moves are known, while the rest is derived and
+    the command reads it (D137), resumed from the render cache, whose state
+    is written back once the command has read the history."""
+    found = found if found is not None else rendercache.scan(settings.store)
+    data = rendercache.load(settings.store, found)
+    cache = rendercache.get_history(found)
+    with store.quiet_gc():
+        d = derive(data, settings.rules, cache, aside=aside.forked)
+        try:
+            yield d
+        finally:
+            d.close()
+    if d.replayed.known:
+        rendercache.put_history(found, cache)
 
 
 def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
@@ -90,8 +109,7 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
     hit = rendercache.get_document(found, slot, key)
     if hit is not None:
         return hit  # type: ignore[no-any-return]
-    d = derived(settings, found)
-    with store.quiet_gc():
+    with with_history(settings, found) as d:
         built = _document(settings, document, d, acts, tuple(f"{store.RUNS}/{n}" for n in found.edited))
     rendercache.put_document(found, slot, key, built)
     return built
@@ -171,7 +189,8 @@ def render_document(settings: Settings, output: str | None = None, check: bool =
 
 
 def conclusions(settings: Settings) -> dict[str, Any]:
-    return derived(settings).to_json()
+    with with_history(settings) as d:
+        return d.to_json()
 
 
 def conclusions_json(settings: Settings) -> str:

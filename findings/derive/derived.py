@@ -6,15 +6,18 @@ command, and every consumer reads it: the document (findings/document/report.py)
 ``plan`` (findings/decide/), and ``diff`` (findings/document/diff.py). No
 consumer asks for cells, flags, verdicts or the history again.
 
-Pure: no I/O. The order is the order of the dependencies:
+Pure: no I/O (what runs aside is the caller's: findings/core/aside.py). The
+order is the order of the dependencies:
 
 1. the validity gates' flags (findings/derive/validity.py);
 2. the cells of the valid points (findings/derive/analysis.py);
 3. the moves between campaigns, then the conclusions from the cells less
    those of suspect moves (findings/derive/regressions.py);
-4. the within-campaign comparisons, the history (findings/derive/history.py),
-   the open-loop conclusions (findings/derive/openloop.py), the verdicts by
-   prompt category (findings/derive/categories.py), the caveats' inputs
+4. the within-campaign comparisons, the history (findings/derive/history.py:
+   replayed when first asked for, or aside from the moment the moves are
+   known while the rest is derived and read, D137), the open-loop conclusions
+   (findings/derive/openloop.py), the verdicts by prompt category
+   (findings/derive/categories.py), the caveats' inputs
    (findings/derive/caveats.py).
 
 ``Derived.to_json()`` is the stable ``conclusions --json`` shape
@@ -24,19 +27,57 @@ Pure: no I/O. The order is the order of the dependencies:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
+from findings.core.aside import Aside
 from findings.core.model import Dataset, Point
 from findings.derive import caveats, categories, openloop, regressions
 from findings.derive import tuning as tuning_mod
 from findings.derive.analysis import (SIMULATED_SUFFIX, Cell, Comparison, Conclusions, Rules, Table, cells,
                                       comparisons_in_campaigns)
-from findings.derive.history import Entry, HistoryCache, replay
+from findings.derive.history import Entry, HistoryCache, Replay, begin
 from findings.derive.jsonform import to_json
 from findings.derive.validity import Counts, assess
 
 #: (campaign, workload) -> the comparisons of every candidate with the baseline there.
 CampaignComparisons = Mapping[tuple[str, str], list[Comparison]]
+
+
+class History:
+    """The history's entries, once: from a replay begun by ``derive``
+    (findings/derive/history.py ``begin``), asked for when first needed. A
+    command that never reads the history (deploy, plan) never replays it."""
+
+    def __init__(self, replay: Replay) -> None:
+        self._replay: Replay | None = replay
+        self._entries: tuple[Entry, ...] | None = None
+
+    def entries(self) -> tuple[Entry, ...]:
+        if self._entries is None:
+            assert self._replay is not None
+            self._entries = tuple(self._replay.result())
+            self._replay = None
+        return self._entries
+
+    @property
+    def known(self) -> bool:
+        """Whether the entries were asked for (and the replay's cache filled)."""
+        return self._entries is not None
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries())
+
+    def close(self) -> None:
+        if self._replay is not None:
+            self._replay.close()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, History) and self.entries() == other.entries()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"History({len(self._entries)} entries)" if self._entries is not None else "History(not replayed)"
 
 
 @dataclass(frozen=True)
@@ -51,8 +92,8 @@ class Derived:
     #: the moves, the step-aware tables, the conclusions and the
     #: baseline-moved sentences (``cells``: the valid cells less suspects).
     concluded: regressions.Concluded
-    #: each campaign in turn, with the conclusions up to it.
-    history: tuple[Entry, ...]
+    #: each campaign in turn, with the conclusions up to it (``history``).
+    replayed: History
     open_loop: tuple[openloop.OpenLoopConclusion, ...]
     by_category: tuple[categories.Difference, ...]
     #: ids of the points whose source does not record how many requests failed.
@@ -67,6 +108,16 @@ class Derived:
     #: campaign -> its within-campaign comparisons, each derived once, when
     #: first asked for (a document shows its latest campaigns only).
     _comparisons: dict[str, dict[str, list[Comparison]]] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def history(self) -> tuple[Entry, ...]:
+        """Each campaign in turn, with the conclusions up to it: replayed
+        when first asked for, or aside since ``derive`` (D137)."""
+        return self.replayed.entries()
+
+    def close(self) -> None:
+        """Stops the history's replay if it runs aside and was not asked for."""
+        self.replayed.close()
 
     def comparisons(self, campaigns: Collection[str] | None = None) -> CampaignComparisons:
         """(campaign, workload) -> the comparisons of every candidate with the
@@ -109,31 +160,43 @@ class Derived:
         """The stable ``conclusions --json`` shape."""
         done = self.concluded
         why: Callable[[Comparison], tuple[str, ...]] = self.caveats_of
-        return to_json(done.conclusions, list(self.history), dict(self.flags), caveats=why,
+        return to_json(done.conclusions, self.replayed, dict(self.flags), caveats=why,
                        failures_unknown=list(self.failures_unknown), steps=done.steps, drift=done.drift,
                        suspect=done.suspect, baseline_moved=done.baseline_moved,
                        by_category=list(self.by_category), open_loop=self.open_loop, tunes=self.tuning)
 
 
-def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = None) -> Derived:
+def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = None,
+           aside: Aside | None = None) -> Derived:
     """Everything the outputs need, once. ``history_cache``: the replay's
     per-campaign-prefix cache (findings/derive/history.py), which changes
-    only how fast the history is found, never what it is."""
+    only how fast the history is found, never what it is. The history is
+    replayed when first asked for; with ``aside`` (findings/core/aside.py),
+    a long replay runs aside from the moment the moves are known, while the
+    rest is derived here and read by the caller (D137). The result is the
+    same either way; ``Derived.close()`` stops a replay never asked for."""
     gate_flags, every = assess(data, rules.gates)
     valid = cells(data, rules, gate_flags)
-    done = regressions.conclude_with_steps(data, rules, valid)
-    flags = {**gate_flags, **done.suspect_flags}
-    spec = caveats.speculative_configs(data.configs, data.points)
-    points = {p.id: p for p in data.points}
-    return Derived(
-        data=data, rules=rules, flags=flags, concluded=done,
-        history=tuple(replay(data, rules, done.cells, done.moves, cache=history_cache)),
-        open_loop=openloop.conclude(data, rules, flags, spec=spec, points=points),
-        by_category=tuple(categories.differences(done.conclusions, categories.families(data.points),
-                                                 SIMULATED_SUFFIX)),
-        failures_unknown=tuple(p.id for p in data.points if every[p.id].failures_unknown),
-        counts=every,
-        speculative=spec,
-        points=points,
-        tuning=tuning_mod.tunings(data, done.cells, flags, rules.objective),
-    )
+    found = regressions.analyse(data, rules, valid)
+    history = History(begin(data, rules, regressions.without_suspects(valid, found), found, cache=history_cache,
+                            aside=aside))
+    try:
+        done = regressions.conclude_with_steps(data, rules, valid, found)
+        flags = {**gate_flags, **done.suspect_flags}
+        spec = caveats.speculative_configs(data.configs, data.points)
+        points = {p.id: p for p in data.points}
+        return Derived(
+            data=data, rules=rules, flags=flags, concluded=done,
+            replayed=history,
+            open_loop=openloop.conclude(data, rules, flags, spec=spec, points=points),
+            by_category=tuple(categories.differences(done.conclusions, categories.families(data.points),
+                                                     SIMULATED_SUFFIX)),
+            failures_unknown=tuple(p.id for p in data.points if every[p.id].failures_unknown),
+            counts=every,
+            speculative=spec,
+            points=points,
+            tuning=tuning_mod.tunings(data, done.cells, flags, rules.objective),
+        )
+    except BaseException:
+        history.close()
+        raise

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from findings.core import fmt
+from findings.core.aside import Aside, Pending
 from findings.derive import regressions
 from findings.derive.analysis import (Best, Candidate, Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion,
                                       cells, conclude_table)
@@ -282,37 +283,124 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     caller has them. ``cache``: resumed where its chain is a prefix of this
     data's, and left holding this replay's state (HistoryCache).
     """
-    if all_cells is None:
-        all_cells = cells(data, rules)
-    if found is None:
-        found = regressions.analyse(data, rules, all_cells)
-    by_rank: dict[int, list[Cell]] = {}
-    for cell in all_cells:
-        by_rank.setdefault(cell.rank, []).append(cell)
-    base_steps = [m for m in regressions.steps(found) if m.config == rules.baseline]
+    return begin(data, rules, all_cells, found, cache, on_step).result()
 
-    # The breaks known after a campaign change only where a step becomes
-    # known: one mapping per number of steps known, not one per campaign
-    # (which read every step at every campaign: quadratic in a long history).
-    known = sorted(m.known_at for m in base_steps)
-    by_known: dict[int, dict[str, dict[int, frozenset[int]]]] = {}
 
-    def breaks_at(rank: int) -> dict[str, dict[int, frozenset[int]]]:
-        k = bisect.bisect_right(known, rank)
-        found = by_known.get(k)
+#: A replay of at least this many cells runs aside when the caller can run
+#: work aside (D137): fewer take less time than forking costs.
+ASIDE_CELLS = 20_000
+
+#: workload -> (its conclusion after the last campaign that measured it, that campaign's rank).
+_Concluded = dict[str, tuple[WorkloadConclusion, int]]
+
+
+class Replay:
+    """A replay begun (``begin``): ``result()`` is ``replay``'s list of
+    entries, computed here when asked for, or aside from the start;
+    ``close()`` stops what runs aside if the result is not asked for."""
+
+    def __init__(self, entries: Callable[[], list[Entry]], *aside: Pending) -> None:
+        self._entries = entries
+        self._aside = aside
+
+    def result(self) -> list[Entry]:
+        try:
+            return self._entries()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for pending in self._aside:
+            pending.close()
+
+
+def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
+          found: list[regressions.Move] | None = None, cache: HistoryCache | None = None,
+          on_step: Callable[[Campaign, Conclusions], None] | None = None, aside: Aside | None = None) -> Replay:
+    """``replay``, begun. Without ``aside`` it is all done when the result is
+    asked for (never, if it is not). With ``aside`` (findings/core/aside.py),
+    the cache's chain is hashed now, and a long replay (``ASIDE_CELLS``) that
+    does not resume from the cache runs aside from now on, while the caller
+    derives the rest. The cache is left holding the replay's state once the
+    result is asked for. The result is the same either way."""
+    if aside is None or on_step is not None:
+        return Replay(lambda: _Job(data, rules, all_cells, found, cache, on_step).finish())
+    job = _Job(data, rules, all_cells, found, cache, on_step)
+    if job.resume or job.cells < ASIDE_CELLS:
+        return Replay(job.finish)
+    pending = aside(job.run)
+    return Replay(lambda: job.done(*pending.result()), pending)
+
+
+class _Job:
+    """A replay's inputs, in the order it reads them, and whether it resumes
+    from the cache."""
+
+    def __init__(self, data: Dataset, rules: Rules, all_cells: list[Cell] | None,
+                 found: list[regressions.Move] | None, cache: HistoryCache | None,
+                 on_step: Callable[[Campaign, Conclusions], None] | None) -> None:
+        if all_cells is None:
+            all_cells = cells(data, rules)
         if found is None:
-            found = by_known[k] = regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
-        return found
+            found = regressions.analyse(data, rules, all_cells)
+        self.data, self.rules, self.cache, self.on_step = data, rules, cache, on_step
+        self.cells = len(all_cells)
+        by_rank: dict[int, list[Cell]] = {}
+        for cell in all_cells:
+            by_rank.setdefault(cell.rank, []).append(cell)
+        self.by_rank = by_rank
+        base_steps = [m for m in regressions.steps(found) if m.config == rules.baseline]
+        # The breaks known after a campaign change only where a step becomes
+        # known: one mapping per number of steps known, not one per campaign
+        # (which read every step at every campaign: quadratic in a long history).
+        known = sorted(m.known_at for m in base_steps)
+        by_known: dict[int, dict[str, dict[int, frozenset[int]]]] = {}
 
-    chain = _chain(data, rules, by_rank, breaks_at) if cache is not None else []
+        def breaks_at(rank: int) -> dict[str, dict[int, frozenset[int]]]:
+            k = bisect.bisect_right(known, rank)
+            found = by_known.get(k)
+            if found is None:
+                found = by_known[k] = regressions.baseline_breaks(base_steps, rules.baseline, upto=rank)
+            return found
+
+        self.breaks_at = breaks_at
+        self.chain = _chain(data, rules, by_rank, breaks_at) if cache is not None else []
+        self.resume = cache is not None and bool(cache.chain) and on_step is None and \
+            tuple(self.chain[:len(cache.chain)]) == cache.chain
+
+    def run(self) -> tuple[list[Entry], _Concluded]:
+        """The entries, and each workload's state at the end."""
+        return _run(self.data, self.rules, self.by_rank, self.breaks_at, self.cache if self.resume else None,
+                    self.on_step)
+
+    def done(self, entries: list[Entry], concluded: _Concluded) -> list[Entry]:
+        """The entries, with the cache (if any) left holding this replay's state."""
+        cache = self.cache
+        if cache is not None:
+            cache.replayed = len(self.data.campaigns) - (len(cache.chain) if self.resume else 0)
+            cache.chain = tuple(self.chain)
+            cache.entries = tuple(entries)
+            cache.concluded = concluded
+        return entries
+
+    def finish(self) -> list[Entry]:
+        return self.done(*self.run())
+
+
+def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
+         breaks_at: Callable[[int], Mapping[str, Mapping[int, frozenset[int]]]], cache: HistoryCache | None,
+         on_step: Callable[[Campaign, Conclusions], None] | None) -> tuple[list[Entry], _Concluded]:
+    """The replay of the cells ``by_rank``, resumed from ``cache`` when
+    given (a replay of every workload): its entries and each workload's
+    state at the end."""
     tables: dict[str, Table] = {}
     concluded: dict[str, WorkloadConclusion] = {}
     last_rank: dict[str, int] = {}
     entries: list[Entry] = []
     between = regressions.FactsBetween(data.facts_of)
-    previous: Conclusions | None = None
+    previous: dict[str, WorkloadConclusion] = {}
     start = 0
-    if cache is not None and cache.chain and on_step is None and tuple(chain[:len(cache.chain)]) == cache.chain:
+    if cache is not None:
         # Resume: each workload's table as the replay left it (its cells up to
         # the prefix, the steps known when it was last measured), its conclusion
         # as it stood then.
@@ -323,7 +411,7 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
             tables[workload] = Table(mine, rules, verdicts_only=True, breaks=breaks_at(rank).get(workload))
             concluded[workload] = wc
             last_rank[workload] = rank
-        previous = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
+        previous = dict(concluded)
     for rank in range(start, len(data.campaigns)):
         campaign = data.campaigns[rank]
         breaks = breaks_at(rank)
@@ -339,22 +427,18 @@ def replay(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
             # A workload this campaign did not measure concludes as before.
             concluded[workload] = conclude_table(workload, tables[workload], cross=False, detail=on_step is not None)
             last_rank[workload] = rank
-        current = Conclusions(rules=rules, workloads=tuple(concluded[w] for w in sorted(concluded)))
+        current = [concluded[w] for w in sorted(concluded)]
         changes: list[Change] = []
-        for wc in current.workloads:
-            old = previous.workload(wc.workload) if previous else None
+        for wc in current:
+            old = previous.get(wc.workload)
             if wc.workload in new or old is None:
                 changes.extend(_changes(old, wc, tables[wc.workload], between))
             else:
                 changes.extend(_changes(old, wc))
-        policies = {wc.workload: {c.config: c.policy for c in wc.candidates} for wc in current.workloads}
+        policies = {wc.workload: {c.config: c.policy for c in wc.candidates} for wc in current}
         entries.append(Entry(campaign=campaign, policies=policies, changes=tuple(changes)))
         if on_step is not None:
-            on_step(campaign, current)
-        previous = current
-    if cache is not None:
-        cache.replayed = len(data.campaigns) - start
-        cache.chain = tuple(chain)
-        cache.entries = tuple(entries)
-        cache.concluded = {w: (concluded[w], last_rank[w]) for w in concluded}
-    return entries
+            on_step(campaign, Conclusions(rules=rules, workloads=tuple(current)))
+        previous = dict(concluded)
+    return entries, {w: (concluded[w], last_rank[w]) for w in concluded}
+

@@ -7,7 +7,7 @@ be added, none are removed or renamed without a version bump of "shape".
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from findings.derive import regressions, tuning
 from findings.derive.analysis import Best, Candidate, Comparison, Conclusions
@@ -60,7 +60,7 @@ def _provenance(entry: Entry) -> dict[str, Any]:
     return out
 
 
-def to_json(conclusions: Conclusions, history: list[Entry],
+def to_json(conclusions: Conclusions, history: Iterable[Entry],
             flagged: dict[str, tuple[str, ...]] | None = None,
             caveats: Callable[[Comparison], tuple[str, ...]] | None = None,
             failures_unknown: list[str] | None = None,
@@ -78,7 +78,8 @@ def to_json(conclusions: Conclusions, history: list[Entry],
     -> the sentence saying its verdicts flipped because the baseline moved;
     ``by_category``: where a candidate's verdicts differ by prompt category;
     ``open_loop``: the open-loop workloads' conclusions (load.verdicts), whose
-    verdicts are keyed by request rate (``load_axis``)."""
+    verdicts are keyed by request rate (``load_axis``). ``history`` is read
+    last (its replay may still run aside: D137)."""
     workloads: dict[str, Any] = {}
     for wc in conclusions.workloads:
         workloads[wc.workload] = {

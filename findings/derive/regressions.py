@@ -577,11 +577,13 @@ class Concluded:
         return suspects(self.moves)
 
 
-def conclude_with_steps(data: Dataset, rules: Rules, all_cells: list[Cell]) -> Concluded:
+def conclude_with_steps(data: Dataset, rules: Rules, all_cells: list[Cell],
+                        found: list[Move] | None = None) -> Concluded:
     """The moves, then the conclusions from the cells less those of suspect
     moves: a level far beyond any drift with no fact changed (a wrong label,
-    most likely) widens no band, makes no best and no verdict."""
-    found = analyse(data, rules, all_cells)
+    most likely) widens no band, makes no best and no verdict. ``found``:
+    ``analyse`` of the cells, if the caller has it."""
+    found = analyse(data, rules, all_cells) if found is None else found
     odd = {(m.workload, m.config, m.campaign): m for m in found if m.suspect}
     kept = without_suspects(all_cells, found)
     why: dict[str, tuple[str, ...]] = {}

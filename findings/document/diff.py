@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Sequence
 
-from findings.core import fmt
+from findings.core import aside, fmt
 from findings.derive import regressions
 from findings import store
 from findings.derive.analysis import Cell, Comparison, cells
@@ -222,11 +222,15 @@ class Side:
 def derive(data: Dataset, settings: Settings, edited: Sequence[str] = ()) -> Side:
     """One side of the diff: the one derivation of its store (its JSON is
     ``conclusions --json``'s), and its cells of every point, valid or not."""
-    d = derive_all(data, settings.rules)
+    d = derive_all(data, settings.rules, aside=aside.forked)  # the history's replay aside (D137)
+    try:
+        as_json = d.to_json()
+    finally:
+        d.close()
     return Side(
         edited=tuple(edited),
         data=data,
-        json=d.to_json(),
+        json=as_json,
         cells={(c.campaign, c.workload, c.config, c.concurrency): c for c in cells(data)},
         tables={
             (campaign, workload, comp.a.config, comp.concurrency): comp

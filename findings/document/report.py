@@ -697,7 +697,6 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     done = derived.concluded
     flags, valid = dict(derived.flags), done.cells  # suspect levels: marked, in no verdict
     found, conclusions = done.moves, done.conclusions
-    entries = list(derived.history)
     comps = derived.comparisons(shown_names)
     labels = Labels(data, rules)
     points = dict(derived.points)
@@ -812,7 +811,6 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         if rows:
             category_tables.append({"set": label, "campaign": camp,
                                     "table": Table(categories.FAMILY_HEADERS, rows, categories.FAMILY_ALIGN)})
-    history, unchanged, earlier = _history(entries, detail)
     hidden_campaigns = None
     if hidden:
         hidden_campaigns = {"count": len(hidden), "shown": len(shown), "first": hidden[0].name,
@@ -838,6 +836,9 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     # Every reason marked anywhere: the closed loop's, as the tables drew
     # them, and the open loop's, derived with each rate verdict.
     seen = set(marks.seen) | {r for oc in open_loop for rc in oc.candidates for r in load_present.reasons(rc)}
+    # The history last: its replay may still run aside (D137).
+    history, unchanged, earlier = _history(list(derived.history), detail)
+    summary = _summary(derived, blocks, {(d.workload, d.config): _deploy_line(d) for d in deployments}, tune_hidden)
     return {
         "title": title,
         "store": store_label,
@@ -870,8 +871,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         "workloads": workloads,
         "open_loop": open_sections,
         "tunes": [_tune(t, blocks) for t in derived.tuning],
-        "summary": _summary(derived, blocks, {(d.workload, d.config): _deploy_line(d) for d in deployments},
-                            tune_hidden),
+        "summary": summary,
         "by_category": by_category,
         "category_tables": category_tables,
         "history": history,

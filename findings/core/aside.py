@@ -1,0 +1,132 @@
+"""Work done aside: a pure function computed in a forked process while this
+one goes on (D137).
+
+``forked(fn)`` starts ``fn()`` in a process forked from this one, which sees
+this process's memory as it stands (nothing is pickled on the way in), and
+returns a handle. Its ``result()`` is what ``fn()`` returned, pickled back
+through a pipe. Whenever the work could not be done aside, ``result()``
+calls ``fn()`` here instead: fewer than two cores free, no ``fork`` on this
+platform, the forked process died or was killed, ``fn`` raised there, or
+its result does not pickle. ``fn`` must therefore be pure, and then the
+answer, or the error it raises, is the same either way, only later.
+``close()`` kills the forked process if it still runs (a caller that fails
+or is interrupted before asking for the result); ``result()`` closes too,
+and on Linux the forked process dies with this one, however it ends.
+
+``inline(fn)`` is the same handle without a process: ``result()`` calls ``fn()``.
+multiprocessing (the standard library's ``fork`` context) does the forking,
+the pipe and the clean-up of a process that ends.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+from typing import Any, Callable, Protocol
+
+
+class Pending(Protocol):
+    def result(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+#: What a caller is given to run work aside: ``forked`` or ``inline``.
+Aside = Callable[[Callable[[], Any]], Pending]
+
+
+class _Inline:
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._fn = fn
+
+    def result(self) -> Any:
+        return self._fn()
+
+    def close(self) -> None:
+        pass
+
+
+def inline(fn: Callable[[], Any]) -> Pending:
+    """``fn()``, computed here when the result is asked for."""
+    return _Inline(fn)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _die_with(parent: int) -> None:
+    """On Linux, this process is killed when its parent ends, however it
+    ends (SIGTERM or SIGKILL leave no time to kill it): prctl's
+    PR_SET_PDEATHSIG, through ctypes."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: it ends when it finds the pipe closed
+        pass
+    if os.getppid() != parent:  # the parent ended before the prctl
+        os._exit(1)
+
+
+def _child(fn: Callable[[], Any], send: Any, parent: int) -> None:
+    """In the forked process: ``fn()``'s result, pickled, sent; (False,) when
+    it raised or does not pickle (the parent then computes it)."""
+    _die_with(parent)
+    try:
+        blob = pickle.dumps((True, fn()), protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException:  # noqa: BLE001 - the parent computes it again and raises there
+        blob = pickle.dumps((False,))
+    try:
+        send.send_bytes(blob)
+    finally:
+        send.close()
+
+
+class _Forked:
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        import multiprocessing  # only when work goes aside: not on a small render's path
+        self._fn = fn
+        context = multiprocessing.get_context("fork")
+        self._recv, send = context.Pipe(duplex=False)
+        self._proc: Any = context.Process(target=_child, args=(fn, send, os.getpid()),
+                                            daemon=True)
+        try:
+            self._proc.start()
+        finally:
+            send.close()
+
+    def result(self) -> Any:
+        got: tuple[Any, ...] = (False,)
+        if self._proc is not None:
+            try:
+                got = pickle.loads(self._recv.recv_bytes())
+            except (EOFError, OSError, pickle.UnpicklingError, ValueError, TypeError, AttributeError, ImportError):
+                got = (False,)  # it died, or sent what cannot be read: compute it here
+            finally:
+                self.close()
+        return got[1] if got[0] else self._fn()
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+        self._recv.close()
+
+
+def forked(fn: Callable[[], Any]) -> Pending:
+    """``fn()`` computed in a forked process when two cores are free, else
+    here when its result is asked for."""
+    if cores() < 2 or not hasattr(os, "fork"):
+        return _Inline(fn)
+    try:
+        return _Forked(fn)
+    except OSError:  # no process could be started (limits): here, then
+        return _Inline(fn)

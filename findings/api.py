@@ -110,13 +110,16 @@ def _build(settings: Settings, document: Path) -> tuple[str, dict[str, Any]]:
     if hit is not None:
         return hit  # type: ignore[no-any-return]
     with with_history(settings, found) as d:
-        built = _document(settings, document, d, acts, tuple(f"{store.RUNS}/{n}" for n in found.edited))
+        built = _document(settings, document, d, acts, tuple(f"{store.RUNS}/{n}" for n in found.edited),
+                          rendercache.compiled_templates(found))
     rendercache.put_document(found, slot, key, built)
     return built
 
 
 def _document(settings: Settings, document: Path, d: Derived, acts: list[str],
-              edited: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
+              edited: tuple[str, ...] = (), compiled: Path | None = None) -> tuple[str, dict[str, Any]]:
+    """``compiled``: where the templates' compiled code is kept (the render
+    cache's, D140), or None: compiled afresh."""
     if not d.data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
     doc = report.build(d, decide(d), settings.title, _label(settings), settings.slo,
@@ -132,7 +135,7 @@ def _document(settings: Settings, document: Path, d: Derived, acts: list[str],
                     w["chart"]["svg"] = f"{folder}/{name}"
                     plots[name] = w["chart"]
     functions = {**pivot.template_functions(d.data), **report.template_functions(d)}
-    return render.render(settings.templates, settings.template, doc, functions), plots
+    return render.render(settings.templates, settings.template, doc, functions, compiled), plots
 
 
 def render_text(settings: Settings) -> str:

@@ -154,3 +154,37 @@ def test_where_the_cache_lives(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert rendercache.folder() == tmp_path / "mine"
     monkeypatch.setenv("FINDINGS_CACHE", "off")
     assert rendercache.folder() is None
+
+
+def test_compiled_templates_are_kept_and_an_edited_or_damaged_one_is_compiled_again(
+        tmp_path: Path, cache: Path) -> None:
+    """jinja2's compiled templates live in the cache, one folder per findings
+    code (D140): a render with them gives the bytes of one without; an edited
+    template is compiled again (jinja2 checks its source's checksum), a
+    damaged entry too, and a folder of other code is removed."""
+    templates = tmp_path / "templates"
+    shutil.copytree(ROOT / "templates", templates)
+    settings = tmp_path / "findings.toml"
+    settings.write_text((ROOT / "findings.toml").read_text()
+                        .replace('store = "benchmarks/results"', f'store = "{ROOT / "benchmarks" / "results"}"')
+                        .replace('templates = "templates"', f'templates = "{templates}"'))
+    stale = cache / "templates" / ("0" * 32)
+    stale.mkdir(parents=True)
+    with cache_off():
+        committed = render(tmp_path, "--settings", str(settings))
+    assert render(tmp_path, "--settings", str(settings)) == committed
+    [folder] = (cache / "templates").iterdir()
+    assert folder.name == rendercache.code_fingerprint()[:32] and not stale.exists()
+    kept = sorted(folder.iterdir())
+    assert len(kept) >= 2  # the repository's template and the packaged base it extends
+    shutil.rmtree(cache / "documents")  # the document is derived again, its templates read from the folder
+    assert render(tmp_path, "--settings", str(settings)) == committed
+    for entry in kept:
+        entry.write_bytes(b"not jinja2's")
+    shutil.rmtree(cache / "documents")
+    assert render(tmp_path, "--settings", str(settings)) == committed
+    assert all(p.read_bytes() != b"not jinja2's" for p in folder.iterdir())  # compiled and written again
+    source = templates / "eagle-fast-verify.md.j2"
+    source.write_text(source.read_text().replace("## Team notes", "## Team notes, edited"))
+    edited = render(tmp_path, "--settings", str(settings))
+    assert b"## Team notes, edited\n" in edited and edited.replace(b", edited", b"") == committed

@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 import signal
 import sys
 import tempfile
@@ -570,6 +571,30 @@ def document_key(found: Scan, templates: Path, *parts: object) -> str | None:
     for part in parts:
         h.update(b"\0" + repr(part).encode())
     return h.hexdigest()
+
+
+def compiled_templates(found: Scan) -> Path | None:
+    """Where jinja2 keeps the templates' compiled code (findings/document/render.py,
+    D140): a folder of this cache per findings code, since the compiled code
+    depends on the environment's options as well as the source (which
+    jinja2 checks itself); the folders of other code are removed when this
+    one is made. None without a cache, or when it cannot be made."""
+    if found.cache is None:
+        return None
+    root = found.cache / "templates"
+    here = root / code_fingerprint()[:32]
+    if here.is_dir():
+        return here
+    try:
+        here.mkdir(parents=True, mode=0o700)
+    except FileExistsError:
+        return here  # another process made it meanwhile
+    except OSError:
+        return None
+    for other in root.iterdir():
+        if other != here:
+            shutil.rmtree(other, ignore_errors=True)
+    return here
 
 
 def _doc_entry(found: Scan, slot: str) -> Path | None:

@@ -9,12 +9,14 @@ filters, which escape it.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 from pathlib import Path
 from typing import Any, Callable
 
 import jinja2
+import jinja2.bccache
 import jinja2.sandbox
 from jinja2.exceptions import SecurityError
 
@@ -126,6 +128,22 @@ def loader(templates: Path) -> jinja2.BaseLoader:
     return jinja2.ChoiceLoader(chain)
 
 
+class _Compiled(jinja2.FileSystemBytecodeCache):
+    """jinja2's cache of compiled templates, as a cache must be: an entry
+    that cannot be read is compiled again, and one that cannot be written
+    (its folder removed by another findings, a full disk) is not kept."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # noqa: BLE001 - a damaged entry: compile
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
 def environment(templates: Path) -> jinja2.Environment:
     env = jinja2.sandbox.SandboxedEnvironment(
         loader=loader(templates),
@@ -145,11 +163,16 @@ def environment(templates: Path) -> jinja2.Environment:
 
 
 def render(templates: Path, template: str, doc: dict[str, Any],
-           functions: dict[str, Callable[..., Any]] | None = None) -> str:
+           functions: dict[str, Callable[..., Any]] | None = None, compiled: Path | None = None) -> str:
     """Render ``template`` with ``doc``; ``functions`` become template globals
-    (findings/document/pivot.py's tables of raw measurements, for example)."""
+    (findings/document/pivot.py's tables of raw measurements, for example).
+    ``compiled``: a folder where jinja2 keeps each template's compiled code,
+    keyed by its name and the checksum of its source (D140); None: each
+    template is compiled afresh. The output is the same either way."""
     try:
         env = environment(templates)
+        if compiled is not None:
+            env.bytecode_cache = _Compiled(str(compiled))
         env.globals.update(functions or {})
         out = env.get_template(template).render(doc=doc)
     except jinja2.TemplateNotFound as exc:

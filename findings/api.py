@@ -280,7 +280,8 @@ def deploy(settings: Settings, *, workload: str | None = None, config: str | Non
     engines = deploy_lib.ENGINES if engine == "all" else (engine,)
     shown = str(out) if out is not None else ""
     plans = deploy_lib.plan(data, conclusions_, workload=workload, config=config, engines=engines, steps=steps,
-                            draft_model=draft_model, adaptive_dir=shown, device=device, open_loop=open_loop)
+                            draft_model=draft_model, adaptive_dir=shown, device=device, open_loop=open_loop,
+                            points=d.points)
     known = {w.workload for w in conclusions_.workloads} | {o.workload for o in open_loop}
     if workload is not None and workload not in known:
         raise FindingsError(f"--workload {workload!r}: no such workload (known: {', '.join(sorted(known)) or 'none'})")

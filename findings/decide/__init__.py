@@ -24,6 +24,7 @@ class Decided:
 
 def decide(derived: Derived) -> Decided:
     return Decided(
-        deployments=tuple(deploy.plan(derived.data, derived.conclusions, open_loop=derived.open_loop)),
+        deployments=tuple(deploy.plan(derived.data, derived.conclusions, open_loop=derived.open_loop,
+                                             points=derived.points)),
         questions=tuple(plan.questions(derived.data, derived.rules, derived.concluded)),
     )

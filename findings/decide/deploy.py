@@ -587,15 +587,17 @@ def _gap_note(cand: Candidate) -> str | None:
 def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None, config: str | None = None,
          engines: Iterable[str] = ENGINES, steps: int | None = None,
          draft_model: str | None = None, adaptive_dir: str = "", device: str | None = None,
-         open_loop: Sequence[OpenLoopConclusion] = ()) -> list[Deployment]:
+         open_loop: Sequence[OpenLoopConclusion] = (), points: Mapping[str, Point] | None = None) -> list[Deployment]:
     """One deployment per (workload, candidate), in workload then config order,
     then those of the open-loop workloads (``open_loop``: load.verdicts.conclude).
     ``adaptive_dir``: where the SGLang files will be, as the flags name them;
-    ``device``: where the engine will run, when not as recorded (``--device``)."""
+    ``device``: where the engine will run, when not as recorded (``--device``);
+    ``points``: the data's points by id, where the caller has them (``Derived.points``)."""
     env: dict[str, Scalar] = {}
     for run in data.runs:
         env.update(run.environment)
-    points = {p.id: p for p in data.points}
+    if points is None:
+        points = {p.id: p for p in data.points}
     out = []
     chosen = tuple(engines)
     for wc in conclusions.workloads:

@@ -193,6 +193,7 @@ def questions(data: Dataset, rules: Rules, done: regressions.Concluded) -> list[
     """Every open question of the current conclusions, most decisive first."""
     out: list[Question] = []
     base = rules.baseline
+    known = _latest_facts(data)
     for wc in done.conclusions.workloads:
         if not wc.baseline_measured:
             continue
@@ -234,7 +235,7 @@ def questions(data: Dataset, rules: Rules, done: regressions.Concluded) -> list[
                 out.append(Question(wc.workload, cand.config, "missing-pair", tuple(only_base + only_cand), 1,
                                     "; ".join(parts), (base, cand.config)))
         for config in table.configs:
-            stale = _stale(data, table, config, wc.workload)
+            stale = _stale(data, table, config, wc.workload, known)
             if stale is not None:
                 configs = (base,) if config == base else (base, config)
                 out.append(Question(wc.workload, config, "stale", stale[0], 1, stale[1], configs))
@@ -244,18 +245,31 @@ def questions(data: Dataset, rules: Rules, done: regressions.Concluded) -> list[
     return sorted(out, key=lambda q: (q.priority, KINDS.index(q.kind), q.workload, q.config))
 
 
-def _stale(data: Dataset, table: Table, config: str, workload: str) -> tuple[tuple[int, ...], str] | None:
-    """A config whose facts changed between its last campaign on this
-    workload and its latest campaign anywhere."""
+def _latest_facts(data: Dataset) -> tuple[dict[str, int], dict[str, str]]:
+    """Each campaign's rank, and each config's latest campaign with recorded
+    facts (the first of the latest, in the order of ``data.facts``): once per
+    ``questions``, not once per config and workload."""
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
+    latest: dict[str, str] = {}
+    for config, campaign in data.facts:
+        now = latest.get(config)
+        if now is None or rank.get(campaign, -1) > rank.get(now, -1):
+            latest[config] = campaign
+    return rank, latest
+
+
+def _stale(data: Dataset, table: Table, config: str, workload: str,
+           known: tuple[dict[str, int], dict[str, str]]) -> tuple[tuple[int, ...], str] | None:
+    """A config whose facts changed between its last campaign on this
+    workload and its latest campaign anywhere (``known``: ``_latest_facts``)."""
+    rank, latest_of = known
     here = [cell for c in table.concurrencies for cell in table.cells_of(config, c).values()]
     if not here:
         return None
     last_here = max(here, key=lambda c: c.rank).campaign
-    anywhere = [campaign for (cfg, campaign) in data.facts if cfg == config]
-    if not anywhere:
+    latest = latest_of.get(config)
+    if latest is None:
         return None
-    latest = max(anywhere, key=lambda n: rank.get(n, -1))
     if rank.get(latest, -1) <= rank.get(last_here, -1):
         return None
     changed = regressions.facts_changed(data.facts_of(config, last_here), data.facts_of(config, latest))

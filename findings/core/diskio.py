@@ -14,7 +14,9 @@ The writes use the ``os`` module's calls (``os.open``, ``os.write``,
 ``os.fsync``, ``os.link``, ``os.replace``) rather than buffered file objects,
 so the test fallback that injects an errno where no filesystem can be
 mounted (tests/diskfault/) sees exactly the calls the operating system
-answers. Imports nothing internal but errors.
+answers. The store's run files are read here too (``read_bytes``), with
+the same calls, which that fallback lets through. Imports nothing internal
+but errors.
 """
 
 from __future__ import annotations
@@ -67,6 +69,25 @@ def read_input(path: Path, what: str) -> bytes:
         raise InputError(str(path), None, None, f"is a folder, not a {what}") from None
     except OSError as exc:
         raise InputError(str(path), None, None, f"cannot read: {exc.strerror or exc}") from None
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """A whole file's bytes, through ``os.open`` and ``os.read`` until the end
+    (a store's run files, read by the thousand: about 4.5 µs a small file
+    against 8 µs through a buffered file object, D142). Raises what
+    ``open`` would (OSError)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        data = os.read(fd, 1 << 16)
+        more = os.read(fd, 1 << 20) if data else b""
+        if more:
+            parts = [data, more]
+            while chunk := os.read(fd, 1 << 20):
+                parts.append(chunk)
+            data = b"".join(parts)
+        return data
+    finally:
+        os.close(fd)
 
 
 def is_disk_refusal(exc: OSError) -> bool:

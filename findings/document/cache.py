@@ -403,8 +403,7 @@ def _read_files(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     for name in names:
         label = f"{top}/{name}"  # str(folder_ / name), without a Path per file
         try:
-            with open(label, "rb") as f:
-                raw: bytes | None = f.read()
+            raw: bytes | None = diskio.read_bytes(label)
         except OSError:
             raw = None  # the reader says why
         edited = seals and raw is not None and seal_state(raw) == "edited"

@@ -82,7 +82,7 @@ def read_run(path: Path | str, requests: bool | Callable[[Point], bool] = True, 
     file's bytes, when the caller has read them already."""
     if raw is None:
         try:
-            raw = Path(path).read_bytes()
+            raw = diskio.read_bytes(path)
         except OSError as exc:
             raise StoreError(f"{path}: cannot read: {exc}") from exc
     label = str(path)

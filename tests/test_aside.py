@@ -170,13 +170,20 @@ def test_a_replay_aside_equals_one_replay_here(seed: int, run_aside: str, monkey
     replay(data, rules, cache=plain)
     assert (cache.chain, cache.entries, cache.concluded, cache.replayed) == \
         (plain.chain, plain.entries, plain.concluded, plain.replayed)
-    # A cache left by a replay aside resumes, here: one more campaign replayed.
+    # A cache left by a replay aside resumes, aside too (its tables are built
+    # again from every earlier cell, D143): one more campaign replayed, only
+    # its entry sent back, and the cache left as one replay here leaves it.
     earlier = data.upto(data.campaigns[-2].name)
     cache = HistoryCache()
     assert begin(earlier, rules, cache=cache, aside=counted).result() == replay(earlier, rules)
     assert calls == [1, 1]
     assert begin(data, rules, cache=cache, aside=counted).result() == one and cache.replayed == 1
-    assert calls == [1, 1]  # resumed: a campaign's work, not worth a process
+    assert calls == [1, 1, 1]
+    plain = HistoryCache()
+    replay(earlier, rules, cache=plain)
+    replay(data, rules, cache=plain)
+    assert (cache.chain, cache.entries, cache.concluded, cache.replayed) == \
+        (plain.chain, plain.entries, plain.concluded, plain.replayed) and plain.replayed == 1
 
 
 def test_a_short_replay_is_not_run_aside() -> None:

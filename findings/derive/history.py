@@ -319,17 +319,19 @@ def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
           on_step: Callable[[Campaign, Conclusions], None] | None = None, aside: Aside | None = None) -> Replay:
     """``replay``, begun. Without ``aside`` it is all done when the result is
     asked for (never, if it is not). With ``aside`` (findings/core/aside.py),
-    the cache's chain is hashed now, and a long replay (``ASIDE_CELLS``) that
-    does not resume from the cache runs aside from now on, while the caller
-    derives the rest. The cache is left holding the replay's state once the
-    result is asked for. The result is the same either way."""
+    the cache's chain is hashed now, and a replay of a large store
+    (``ASIDE_CELLS``) runs aside from now on, while the caller derives the
+    rest: a whole replay, or one resumed from the cache, whose tables are
+    built again from every cell before its first new campaign (D143; only
+    the new entries come back). The cache is left holding the replay's
+    state once the result is asked for. The result is the same either way."""
     if aside is None or on_step is not None:
         return Replay(lambda: _Job(data, rules, all_cells, found, cache, on_step).finish())
     job = _Job(data, rules, all_cells, found, cache, on_step)
-    if job.resume or job.cells < ASIDE_CELLS:
+    if job.cells < ASIDE_CELLS:
         return Replay(job.finish)
-    pending = aside(job.run)
-    return Replay(lambda: job.done(*pending.result()), pending)
+    pending = aside(job.run_new)
+    return Replay(lambda: job.done(*job.joined(*pending.result())), pending)
 
 
 class _Job:
@@ -372,6 +374,24 @@ class _Job:
         """The entries, and each workload's state at the end."""
         return _run(self.data, self.rules, self.by_rank, self.breaks_at, self.cache if self.resume else None,
                     self.on_step)
+
+    def run_new(self) -> tuple[list[Entry], _Concluded]:
+        """``run``, less the entries the cache it resumes from holds (what a
+        replay aside sends back: ``joined`` puts them before)."""
+        entries, concluded = self.run()
+        return entries[self.kept:], concluded
+
+    @property
+    def kept(self) -> int:
+        """The entries taken from the cache: those of the prefix it resumes."""
+        return len(self.cache.chain) if self.resume and self.cache is not None else 0
+
+    def joined(self, new: list[Entry], concluded: _Concluded) -> tuple[list[Entry], _Concluded]:
+        """``run``'s result from ``run_new``'s."""
+        if not self.kept:
+            return new, concluded
+        assert self.cache is not None
+        return list(self.cache.entries[:self.kept]) + new, concluded
 
     def done(self, entries: list[Entry], concluded: _Concluded) -> list[Entry]:
         """The entries, with the cache (if any) left holding this replay's state."""

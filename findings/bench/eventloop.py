@@ -82,16 +82,26 @@ def stop_running(exc: BaseException) -> bool:
     if not _flights or _flights[-1].task is None:
         return False
     flight = _flights[-1]
+    task = flight.task
+    assert task is not None
+    try:
+        task.get_loop().call_soon_threadsafe(task.cancel)
+    except RuntimeError:  # the loop closed meanwhile
+        return False
     if flight.stop is None:
         flight.stop = exc
-    assert flight.task is not None
-    flight.task.get_loop().call_soon_threadsafe(flight.task.cancel)
     return True
 
 
 async def _tracked(main: Coroutine[Any, Any, T], flight: _Flight) -> T:
+    """``main``, with its task known to ``stop_running`` while it runs (once
+    it has ended, a stop is raised by the handler itself: the loop is only
+    shutting down)."""
     flight.task = asyncio.current_task()
-    return await main
+    try:
+        return await main
+    finally:
+        flight.task = None
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

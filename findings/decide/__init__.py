@@ -25,6 +25,6 @@ class Decided:
 def decide(derived: Derived) -> Decided:
     return Decided(
         deployments=tuple(deploy.plan(derived.data, derived.conclusions, open_loop=derived.open_loop,
-                                             points=derived.points)),
+                                      points=derived.points)),
         questions=tuple(plan.questions(derived.data, derived.rules, derived.concluded)),
     )

@@ -14,6 +14,8 @@ or is interrupted before asking for the result); ``result()`` closes too,
 and on Linux the forked process dies with this one, however it ends.
 
 ``inline(fn)`` is the same handle without a process: ``result()`` calls ``fn()``.
+``cores()`` and ``die_with(parent)`` serve every process findings starts
+(the render cache's forked reader, the bench's worker processes) as well.
 multiprocessing (the standard library's ``fork`` context) does the forking,
 the pipe and the clean-up of a process that ends.
 """
@@ -60,7 +62,7 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def _die_with(parent: int) -> None:
+def die_with(parent: int) -> None:
     """On Linux, this process is killed when its parent ends, however it
     ends (SIGTERM or SIGKILL leave no time to kill it): prctl's
     PR_SET_PDEATHSIG, through ctypes."""
@@ -76,7 +78,7 @@ def _die_with(parent: int) -> None:
 def _child(fn: Callable[[], Any], send: Any, parent: int) -> None:
     """In the forked process: ``fn()``'s result, pickled, sent; (False,) when
     it raised or does not pickle (the parent then computes it)."""
-    _die_with(parent)
+    die_with(parent)
     try:
         blob = pickle.dumps((True, fn()), protocol=pickle.HIGHEST_PROTOCOL)
     except BaseException:  # noqa: BLE001 - the parent computes it again and raises there

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from findings.core import diskio
+from findings.core import aside, diskio
 from findings import store as store_mod
 from findings.derive.analysis import point_series
 from findings.derive.history import HistoryCache
@@ -466,13 +466,6 @@ def _chunks_back(frames: list[bytes | None], count: int, back: list[list[_Read] 
     return out if so_far else out + [None] * (count - len(out))
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     """``_read_files`` of every file: for a large store on two free cores,
     the first files here (``MINE`` of them) and the others in a forked
@@ -482,7 +475,7 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     order, is the same either way. The forked reader ends when this process
     does: its next write finds the pipe closed, and an interrupted or failed
     read here kills it."""
-    if len(names) < PARALLEL_FILES or _cores() < 2 or not hasattr(os, "fork"):
+    if len(names) < PARALLEL_FILES or aside.cores() < 2 or not hasattr(os, "fork"):
         return _read_files(top, names, seals)
     mine = min(len(names) - 1, max(1, round(len(names) * MINE)))
     theirs = names[mine:]

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import multiprocessing
 import os
 import signal
@@ -41,6 +40,7 @@ from findings.bench.records import PointOutcome, RequestRecord, WorkerStats
 from findings.bench.transport import make_transport
 from findings.bench.workers.split import merge, split
 from findings.bench.workload import Prompt
+from findings.core import aside
 from findings.core.errors import FindingsError
 
 #: The workers start this long after the parent sends the start time.
@@ -72,25 +72,11 @@ class WorkerJob:
     counter: Any = None
 
 
-def cpus() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+#: The cores this process may run on.
+cpus = aside.cores
 
 
 # --------------------------------------------------------------------- the worker's side
-
-def _die_with_parent(parent: int) -> None:
-    """Linux: the kernel kills this process when its parent dies."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
-
 
 def shared_taker(counter: Any, prompts: tuple[Prompt, ...]) -> Take:
     """A closed loop's next conversation from the queue every worker shares."""
@@ -153,7 +139,7 @@ def worker_main(conn: Connection, job: WorkerJob) -> None:
     """A worker process's entry point."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops us (SIGTERM) on Ctrl-C
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    _die_with_parent(job.parent)
+    aside.die_with(job.parent)  # Linux: the kernel kills this process when its parent dies
     try:
         eventloop.run(_work(conn, job))
     except BaseException as exc:  # noqa: BLE001 (told to the parent, which fails the point)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, cache_off
+from findings.core import aside
 from findings.core.errors import StoreError
 from findings.document import cache as rendercache
 
@@ -35,7 +36,7 @@ def _load(store: Path, parallel: bool, monkeypatch: pytest.MonkeyPatch) -> tuple
     with monkeypatch.context() as m:
         m.setattr(rendercache, "PARALLEL_FILES", 2 if parallel else 10 ** 9)
         m.setattr(rendercache, "CHUNK_FILES", 3)  # several chunks, sent back one by one
-        m.setattr(rendercache, "_cores", lambda: 2)
+        m.setattr(aside, "cores", lambda: 2)  # the one count of cores (core/aside.py)
         with cache_off():
             found = rendercache.scan(store)
             try:
@@ -142,8 +143,9 @@ def test_a_forked_reader_that_dies_half_way_is_read_again_from_there(store: Path
 
 SCRIPT = """
 import os, sys, time
+from findings.core import aside
 from findings.document import cache
-cache.PARALLEL_FILES, cache.CHUNK_FILES, cache._cores = 2, 1, lambda: 2
+cache.PARALLEL_FILES, cache.CHUNK_FILES, aside.cores = 2, 1, lambda: 2
 real = cache._read_files
 parent = os.getpid()
 def slow(top, names, *rest):

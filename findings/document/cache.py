@@ -12,6 +12,9 @@ Two levels, both keyed by content hashes:
   key, the settings, the template files and the findings code itself. A
   render of an unchanged store reads nothing else.
 
+Beside them: per store, the history's replay state (D91), and the
+templates' compiled code, one folder per findings code (D140).
+
 Which content a file has is known without reading it when its size,
 modification time and inode are those recorded with its hash (as git's
 index does); a file changed within the last seconds is hashed again every

@@ -70,12 +70,13 @@ def _plots_dir(settings: Settings, document: Path) -> Path:
 def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derived:
     """The one derivation of the settings' store (findings/derive/derived.py),
     its runs from the render cache. The history is replayed only if asked
-    for (deploy, plan and the text conclusions never do); a command that
-    reads it takes ``with_history``."""
+    for (deploy, plan and the text conclusions never do), so the cache's
+    replay state is not read here; a command that reads the history takes
+    ``with_history``."""
     found = found if found is not None else rendercache.scan(settings.store)
     data = rendercache.load(settings.store, found)
     with store.quiet_gc():  # millions of new objects, no cycles: a third of the time at 100k points
-        return derive(data, settings.rules, rendercache.get_history(found))
+        return derive(data, settings.rules)
 
 
 @contextlib.contextmanager

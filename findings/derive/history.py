@@ -391,13 +391,13 @@ class _Job:
         if not self.kept:
             return new, concluded
         assert self.cache is not None
-        return list(self.cache.entries[:self.kept]) + new, concluded
+        return list(self.cache.entries) + new, concluded  # the prefix's: ``kept`` of them
 
     def done(self, entries: list[Entry], concluded: _Concluded) -> list[Entry]:
         """The entries, with the cache (if any) left holding this replay's state."""
         cache = self.cache
         if cache is not None:
-            cache.replayed = len(self.data.campaigns) - (len(cache.chain) if self.resume else 0)
+            cache.replayed = len(self.data.campaigns) - self.kept
             cache.chain = tuple(self.chain)
             cache.entries = tuple(entries)
             cache.concluded = concluded

@@ -218,10 +218,10 @@ def test_runs_from_the_cache_share_what_runs_from_their_files_share(store: Path,
     one, _ = _load(store, False, monkeypatch)
     objects, contents = _distinct_params(one)
     assert objects == contents < len(one.points)  # type: ignore[attr-defined]
-    # The forked reader's chunks come back as they were pickled: each chunk
-    # holds one of each (marking them cost more time than the memory saved).
+    # The forked reader's chunks come back in columns (D145), what they share
+    # marked: one object of each value in the whole store, as here.
     two, _ = _load(store, True, monkeypatch)
-    assert _distinct_params(two)[1] == contents
+    assert _distinct_params(two) == (objects, contents)
     monkeypatch.setenv("FINDINGS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("FINDINGS_CACHE", raising=False)
     for _ in range(2):  # cold (read, then cached), then warm (every run unpickled from the cache)
@@ -232,8 +232,8 @@ def test_runs_from_the_cache_share_what_runs_from_their_files_share(store: Path,
 
 def test_a_shared_dict_keeps_its_types_and_floats_are_never_shared() -> None:
     """Shared by value and type: 1, 1.0 and True stay apart; a dict with a
-    float (0.0 == -0.0) is pickled as itself, as the reader leaves it."""
-    import pickle
+    float (0.0 == -0.0) is kept as itself, as the reader leaves it: in the
+    points table's columns (findings/document/columns.py)."""
 
     from findings.core.model import Point, Run
     base = Point(id="r/0", run_id="r", campaign="c", config="baseline", workload="w", concurrency=1,
@@ -243,7 +243,16 @@ def test_a_shared_dict_keeps_its_types_and_floats_are_never_shared() -> None:
               tool_version="0", created_at="2026-01-01T00:00:00Z", source_file=None, source_sha256="0" * 64,
               environment={}, campaigns=(), configs={},
               points=tuple(base._replace(id=f"r/{i}", workload_params=p) for i, p in enumerate(params)))
-    back = [pickle.loads(pickle.dumps(rendercache._to_pickle(run))) for _ in range(2)]
+    from findings.document import columns
+
+    def round_trip(run: Run) -> Run:
+        decoded = columns.decode(columns.encode(["k"], [run]))
+        assert decoded is not None
+        keys, [header], [n], points = decoded
+        assert keys == ["k"] and n == len(run.points)
+        return columns.run(header, tuple(points), "p")
+
+    back = [round_trip(run) for _ in range(2)]
     for got in back:
         assert [(dict(p.workload_params), [type(v) for v in p.workload_params.values()]) for p in got.points] == \
             [(p, [type(v) for v in p.values()]) for p in params]

@@ -3,11 +3,14 @@ and safe to delete (docs/store.md, docs/decisions.md D77).
 
 Two levels, both keyed by content hashes:
 
-- **Per run file.** The run as read and validated, with each point's
-  throughput per time window (stats.window_series) computed from its
-  per-request records and the records themselves left out. Keyed by the
-  sha256 of the run file and of its sidecar, and of the findings code, so a
-  render after adding a campaign reads and parses only the new run files.
+- **Per run file, in the points table.** The run as read and validated,
+  with each point's throughput per time window (stats.window_series)
+  computed from its per-request records and the records themselves left
+  out, keyed by the sha256 of the run file and of its sidecar, and of the
+  findings code. The runs are held in columns (findings/document/columns.py,
+  D145), in a few segments per store: a render after adding a campaign
+  reads and parses only the new run files, and writes them as one more
+  segment; past ``MAX_SEGMENTS`` the smaller ones are written again as one.
 - **Per document.** The rendered text and its plots, keyed by every run's
   key, the settings, the template files and the findings code itself. A
   render of an unchanged store reads nothing else.
@@ -35,26 +38,24 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import json
 import os
 import pickle
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
-from findings.core import aside, diskio
+from findings.core import aside, diskio, jsonfast
+from findings.document import columns
 from findings import store as store_mod
 from findings.derive.analysis import point_series
 from findings.derive.history import HistoryCache
 from findings.derive.validity import records_counted
-from findings.core.model import Dataset, Metrics, Point, Run
-from findings.store.schema import (SHARED_MAX, SIDECAR_SUFFIX, campaign_of, facts_of, hash_and_seal, params_of,
-                                   seal_state, shareable_facts)
+from findings.core.model import Dataset, Point, Run
+from findings.store.schema import SIDECAR_SUFFIX, hash_and_seal, seal_state
 
 #: Bump when what an entry holds changes.
 VERSION = "1"
@@ -190,19 +191,21 @@ def scan(store: Path) -> Scan:
         return Scan(store, cache, ())
     manifest_path = cache / "stores" / f"{_store_id(store)}.json"
     known: dict[str, list[Any]] = {}
-    with contextlib.suppress(OSError, ValueError):
-        doc = json.loads(manifest_path.read_text(encoding="utf-8"))
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+        doc = jsonfast.loads(diskio.read_bytes(str(manifest_path)))
         if doc.get("version") == VERSION and doc.get("store") == str(store.resolve()):
             known = doc["files"]
-    now = time.time()
+    settled = time.time_ns() - int(RACY_S * 1e9)  # a file modified before this is not racy
     hashes: dict[str, str] = {}
     edited: list[str] = []
     recorded: dict[str, list[Any]] = {}
     for name, st in entries:
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ino]
         old = known.get(name)
-        if old is not None and old[:3] == stamp and len(old) == 5:
+        if (old is not None and len(old) == 5 and old[0] == st.st_size and old[1] == st.st_mtime_ns
+                and old[2] == st.st_ino):
             digest, state = old[3], old[4]
+            if st.st_mtime_ns < settled:
+                recorded[name] = old  # as it was (the manifest is written again only if one changed)
         else:
             try:
                 raw = (runs / name).read_bytes()
@@ -212,14 +215,13 @@ def scan(store: Path) -> Scan:
                 digest, state = hash_and_seal(raw)
             else:
                 digest, state = hashlib.sha256(raw).hexdigest(), ""
+            if st.st_mtime_ns < settled:
+                recorded[name] = [st.st_size, st.st_mtime_ns, st.st_ino, digest, state]
         hashes[name] = digest
         if state == "edited":
             edited.append(name)
-        if now - st.st_mtime_ns / 1e9 > RACY_S:
-            recorded[name] = stamp + [digest, state]
     if recorded != known:
-        _write(manifest_path, json.dumps({"version": VERSION, "store": str(store.resolve()),
-                                          "files": recorded}, sort_keys=True).encode())
+        _write(manifest_path, jsonfast.dumps({"version": VERSION, "store": str(store.resolve()), "files": recorded}))
     files = []
     for name, digest in hashes.items():
         if name.endswith(".json"):
@@ -257,127 +259,149 @@ def _derived(run: Run) -> Run:
     return dataclasses.replace(run, points=points)
 
 
-class _Shared:
-    """Stands for an object in a pickle: unpickled as ``make(*args)``, the
-    process's one object of those fields (schema.params_of, facts_of,
-    campaign_of; sys.intern for a name). A run unpickled alone shares
-    nothing with the runs unpickled before it: read from the cache, a
-    million points held a dict of parameters each, and a store of one
-    run per point its own facts, campaign and names per point (D136)."""
-
-    __slots__ = ("make", "args")
-
-    def __init__(self, make: Any, args: tuple[Any, ...]) -> None:
-        self.make, self.args = make, args
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return (self.make, self.args)
-
-
-#: Where Run's fields are in its pickle (Run.__reduce__: its slots in order).
-_RUN_FIELD = {name: i for i, name in enumerate(Run.__slots__)}
-_NAMES = tuple(_RUN_FIELD[f] for f in ("source", "importer", "importer_version", "tool_version", "created_at"))
-
-
-_new_tuple = tuple.__new__  # a Point from its fields in order, without a call of its __new__
-#: name -> its _Shared (sys.intern), made once per name in the process.
-_NAME_MARKS: dict[str, _Shared] = {}
-
-
-def _name_mark(text: Any) -> Any:
-    if type(text) is not str:
-        return text
-    if len(_NAME_MARKS) >= SHARED_MAX:
-        _NAME_MARKS.clear()
-    mark = _NAME_MARKS[text] = _Shared(sys.intern, (text,))
-    return mark
-
-
-def _to_pickle(run: Run) -> _Shared:
-    """A run's cache entry, unpickled as the run less its path: what runs
-    share when read from their files (each point's parameters, the facts,
-    the campaigns, the names and the strings many runs repeat) as _Shared,
-    one per distinct object of the run. Parameters
-    with a float stay as they are, as ``_params`` leaves them (0.0 ==
-    -0.0), and so do facts that are not all strings, integers, booleans
-    and nulls."""
-    named = _NAME_MARKS.get
-    marks: dict[int, Any] = {}
-    keys_of: dict[tuple[str, ...], tuple[str, ...]] = {}
-
-    def keys(d: dict[str, Any]) -> tuple[str, ...]:
-        k = tuple(d)
-        return keys_of.setdefault(k, k)
-
-    def params(obj: Any) -> Any:
-        found = marks.get(id(obj))
-        if found is None:
-            found = obj
-            if type(obj) is dict and obj and float not in map(type, obj.values()):
-                found = _Shared(params_of, (keys(obj), tuple(obj.values())))
-            marks[id(obj)] = found
-        return found
-
-    def facts(obj: Any) -> Any:
-        return _Shared(facts_of, (keys(obj), tuple(obj.values()))) if shareable_facts(obj) else obj
-
-    args: list[Any] = list(run.__reduce__()[1])
-    points = []
-    mark = marks.get
-    for (pid, rid, campaign, config, workload, conc, metrics, source, source_file, line, note, wp, requests,
-         series) in run.points:
-        points.append(_new_tuple(Point, (
-            pid, rid, named(campaign) or _name_mark(campaign), named(config) or _name_mark(config),
-            named(workload) or _name_mark(workload), conc, metrics, named(source) or _name_mark(source),
-            source_file, line, note, mark(id(wp)) or params(wp), requests, series)))
-    args[_RUN_FIELD["points"]] = tuple(points)
-    for i in _NAMES:
-        args[i] = named(args[i]) or _name_mark(args[i])
-    args[_RUN_FIELD["environment"]] = facts(run.environment)
-    args[_RUN_FIELD["configs"]] = {named(k) or _name_mark(k): facts(v) for k, v in run.configs.items()}
-    args[_RUN_FIELD["campaigns"]] = tuple(_Shared(campaign_of, (c.name, c.date, c.order)) for c in run.campaigns)
-    args[_RUN_FIELD["path"]] = None
-    return _Shared(Run, tuple(args))
-
-
 def load(store: Path, found: Scan | None = None) -> Dataset:
     """The store as ``store.load`` reads it, less the per-request records
-    (their window series kept): cached runs from the cache, the others read
-    and then cached."""
+    (their window series kept): the runs the points table holds from it,
+    the others read and then added to it."""
     found = found if found is not None else scan(store)
     if not found.files and not (store / store_mod.RUNS).is_dir():
         return store_mod.load(store)  # the same message for a store that is not one
-    runs: list[Run] = []
     folder_ = store / store_mod.RUNS
     if found.cache is None:
         with store_mod.quiet_gc():
             return _load_uncached(folder_, found)
     code = code_fingerprint()
-    top, entries = str(folder_), str(found.cache / "runs")  # strings: no Path per file
-    got: list[Run | None] = []
-    missing: list[tuple[int, str, str]] = []  # (place, file name, entry)
+    top = str(folder_)  # a string: no Path per file
+    table = _Table(found.cache, store)
+    # A run's key is its content as this code derived it: other code
+    # (another findings, another Python) never reads it.
+    keys = [hashlib.sha256(f"{code}|{key}".encode()).hexdigest() for _, key in found.files]
     with store_mod.quiet_gc():
-        for name, key in found.files:
-            # The entry is the run's content as this code derived it: other
-            # code (another findings, another Python) never reads it.
-            key = hashlib.sha256(f"{code}|{key}".encode()).hexdigest()
-            entry = f"{entries}/{key[:2]}/{key}.pickle"
-            run = _read_pickle(entry)  # None when missing
-            if _plausible(run, name):
-                got.append(dataclasses.replace(run, path=f"{top}/{name}"))
-            else:
-                missing.append((len(got), name, entry))
-                got.append(None)
-        # The files not in the cache, read (by two processes when many: a
-        # cold cache) and then cached; the first that cannot be read is the error.
-        for (at, name, entry), (run, _, error) in zip(missing, _read_all(top, [n for _, n, _ in missing], seals=False)):
+        got = table.runs(dict(zip(keys, (name for name, _ in found.files))), top)
+        missing = [(name, key) for (name, _), key in zip(found.files, keys) if key not in got]
+        # The files not in the table, read (by two processes when many: a
+        # cold cache) and then added; the first that cannot be read is the error.
+        new: dict[str, Run] = {}
+        for (name, key), (run, _, error) in zip(missing, _read_all(top, [n for n, _ in missing], seals=False)):
             if error is not None:
                 raise error
             assert run is not None
-            _write(Path(entry), pickle.dumps(_to_pickle(run), protocol=pickle.HIGHEST_PROTOCOL))
-            got[at] = run
-        runs.extend(r for r in got if r is not None)
-    return store_mod.merge(runs)
+            new[key] = run
+        got.update(new)
+        table.keep(got, new)
+        return store_mod.merge([got[k] for k in keys])
+
+
+#: At most this many segments in a store's points table: past it, the
+#: smaller ones are written again as one (all of them, once they hold as
+#: many live rows as half the largest, or the largest is half dead).
+MAX_SEGMENTS = 8
+
+
+class _Table:
+    """A store's points table in the render cache (findings/document/columns.py,
+    D145): segments, each the runs of one render's new run files in columns,
+    and an index of the run keys each holds. A render reads the segments
+    that hold its runs and writes one segment of the runs it read from
+    their files; a segment it cannot read is a miss, its runs read again."""
+
+    def __init__(self, cache: Path, store: Path) -> None:
+        self.folder = cache / "points" / _store_id(store)
+        index = _read_pickle(self.folder / "index.pickle")
+        ok = (isinstance(index, dict) and index.get("format") == columns.FORMAT
+              and isinstance(index.get("segments"), dict))
+        #: segment name -> its run keys, in order
+        self.index: dict[str, list[str]] = index["segments"] if ok else {}
+        #: segment name -> (its live rows, its dead rows), of those read
+        self.rows: dict[str, tuple[int, int]] = {}
+        #: segment name -> the keys of its live runs, of those read
+        self.live: dict[str, list[str]] = {}
+
+    def runs(self, wanted: dict[str, str], top: str) -> dict[str, Run]:
+        """key -> its run (its file ``top``/name), for each key of ``wanted``
+        (key -> run file name) that a readable segment holds."""
+        out: dict[str, Run] = {}
+        for segment, keys in self.index.items():
+            if not any(k in wanted for k in keys):
+                continue
+            got = _read_segment(self.folder / f"{segment}.pickle")
+            if got is None or got[0] != keys:
+                continue
+            _, headers, counts, points = got
+            live = dead = 0
+            at = 0
+            taken = self.live[segment] = []
+            for key, header, n in zip(keys, headers, counts):
+                name = wanted.get(key)
+                if name is not None and key not in out and f"{columns.run_id(header)}.json" == name:
+                    out[key] = columns.run(header, tuple(points[at:at + n]), f"{top}/{name}")
+                    taken.append(key)
+                    live += n
+                else:
+                    dead += n
+                at += n
+            self.rows[segment] = (live, dead)
+        return out
+
+    def keep(self, runs: dict[str, Run], new: dict[str, Run]) -> None:
+        """Writes a segment of the ``new`` runs; a segment read whose dead
+        rows (runs no longer in the store) outnumber its live ones, again
+        with its live runs only; and the smaller segments again as one when
+        there are more than ``MAX_SEGMENTS``. The index then names the
+        segments kept; the others go. ``runs``: key -> run, every run of
+        the store."""
+        #: (segment name, or None for one to write; its keys; its live rows)
+        parts: list[tuple[str | None, list[str], int]] = []
+        for segment, (live, dead) in self.rows.items():
+            if dead * 2 > live:
+                parts.append((None, self.live[segment], live))
+            else:
+                parts.append((segment, self.index[segment], live))
+        if new:
+            parts.append((None, list(new), sum(len(r.points) for r in new.values())))
+        if len(parts) > MAX_SEGMENTS:
+            parts.sort(key=lambda p: -p[2])
+            big, rest = parts[0], parts[1:]
+            merged = [k for p in rest for k in (self.live[p[0]] if p[0] is not None else p[1])]
+            rows = sum(p[2] for p in rest)
+            if rows * 2 >= big[2]:  # written again whole: geometric, so each row is written O(1) times
+                big_keys = self.live[big[0]] if big[0] is not None else big[1]
+                parts = [(None, big_keys + merged, big[2] + rows)]
+            else:
+                parts = [big, (None, merged, rows)]
+        if all(name is not None for name, _, _ in parts) and len(parts) == len(self.index):
+            return  # as it was
+        index: dict[str, list[str]] = {}
+        with contextlib.suppress(OSError):
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for name, keys, _ in parts:
+            if name is None:
+                name = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
+                path = self.folder / f"{name}.pickle"
+                try:
+                    blob = columns.encode(keys, [runs[k] for k in keys])
+                except Exception:  # a value that does not pickle: its runs are read from their files next time
+                    continue
+                _write(path, blob)
+                if not path.is_file():
+                    continue  # not written (a full disk): read from the files next time
+            index[name] = keys
+        _write(self.folder / "index.pickle",
+               pickle.dumps({"format": columns.FORMAT, "segments": index}, protocol=pickle.HIGHEST_PROTOCOL))
+        for path in self.folder.glob("*.pickle"):
+            if path.stem != "index" and path.stem not in index:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        # The older form of this cache, a pickle per run: no code reads it now.
+        shutil.rmtree(self.folder.parent.parent / "runs", ignore_errors=True)
+
+
+def _read_segment(path: Path) -> columns.Decoded | None:
+    try:
+        with open(path, "rb") as f:
+            return columns.read(f)
+    except OSError:
+        return None
 
 
 #: A store of at least this many run files is read by two processes when
@@ -420,21 +444,45 @@ def _read_files(top: str, names: list[str], seals: bool = True) -> list[_Read]:
 
 
 def _read_in_child(top: str, chunks: list[list[str]], out: int, seals: bool = True) -> None:
-    """The forked reader: each chunk's ``_read_files``, pickled, written to
-    ``out`` as it is read (its length, then the pickle; a pickle of None
-    for a result that does not pickle), up to the first error."""
+    """The forked reader: each chunk's ``_read_files``, written to ``out``
+    as it is read (its length, then a pickle of its seals, its error and
+    its runs in columns, findings/document/columns.py; a pickle of None for
+    a chunk whose error does not pickle), up to the first error."""
     with os.fdopen(out, "wb") as pipe, store_mod.quiet_gc():
         for chunk in chunks:
             got = _read_files(top, chunk, seals)
+            runs = [run for run, _, error in got if run is not None]
+            error = got[-1][2] if got and got[-1][2] is not None else None
             try:
-                # As they are: what they share is shared within the chunk's
-                # pickle (marking it, _to_pickle, cost more than it saved: D136).
-                blob = pickle.dumps(got, protocol=pickle.HIGHEST_PROTOCOL)
+                # In columns: written and read back in about half the time
+                # of a pickle of the runs (D145).
+                blob = pickle.dumps(([edited for _, edited, _ in got], error,
+                                     columns.encode(chunk[:len(runs)], runs)), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # an error object that does not pickle: the parent reads the chunk
                 blob = pickle.dumps(None)
             pipe.write(len(blob).to_bytes(8, "little") + blob)
-            if got and got[-1][2] is not None:
+            if error is not None:
                 return
+
+
+def _unpack(frame: bytes, top: str) -> list[_Read] | None:
+    """A chunk the forked reader sent (``_read_in_child``), or None."""
+    sent = pickle.loads(frame)
+    if sent is None:
+        return None
+    edited, error, blob = sent
+    got = columns.decode(blob)
+    if got is None:
+        return None
+    names, headers, counts, points = got
+    out: list[_Read] = []
+    at = 0
+    for name, header, n, was_edited in zip(names, headers, counts, edited):
+        out.append((columns.run(header, tuple(points[at:at + n]), f"{top}/{name}"), was_edited, None))
+        at += n
+    if error is not None:
+        out.append((None, edited[len(out)], error))
+    return out
 
 
 def _drain(fd: int, frames: list[bytes | None]) -> None:
@@ -453,7 +501,7 @@ def _drain(fd: int, frames: list[bytes | None]) -> None:
                 del pending[:8 + size]
 
 
-def _chunks_back(frames: list[bytes | None], count: int, back: list[list[_Read] | None] | None = None,
+def _chunks_back(frames: list[bytes | None], count: int, top: str, back: list[list[_Read] | None] | None = None,
                  so_far: bool = False) -> list[list[_Read] | None]:
     """The forked reader's chunks as it sent them, in order (each frame let
     go once read): None for one it did not give back (it died first, or
@@ -463,7 +511,7 @@ def _chunks_back(frames: list[bytes | None], count: int, back: list[list[_Read] 
     for k in range(len(out), min(count, len(frames))):
         frame, frames[k] = frames[k], None
         try:
-            out.append(pickle.loads(frame) if frame is not None else None)
+            out.append(_unpack(frame, top) if frame is not None else None)
         except Exception:
             out.append(None)
     return out if so_far else out + [None] * (count - len(out))
@@ -511,11 +559,11 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
             out.extend(_read_files(top, names[k:min(mine, k + size)], seals))
             if out and out[-1][2] is not None:
                 return out  # an error in this share comes first
-            _chunks_back(frames, len(chunks), back, so_far=True)  # what came meanwhile
+            _chunks_back(frames, len(chunks), top, back, so_far=True)  # what came meanwhile
         drain.join()
         os.waitpid(pid, 0)
         done = True
-        for chunk, got in zip(chunks, _chunks_back(frames, len(chunks), back)):
+        for chunk, got in zip(chunks, _chunks_back(frames, len(chunks), top, back)):
             got = got if got is not None else _read_files(top, chunk, seals)
             out.extend(got)
             if got and got[-1][2] is not None:
@@ -545,14 +593,6 @@ def _load_uncached(folder_: Path, found: Scan) -> Dataset:
     if found.seals is not None and not found.seals.done:
         found.seals.edited, found.seals.done = edited, True
     return store_mod.merge(runs)
-
-
-def _plausible(run: object, name: str) -> TypeGuard[Run]:
-    """A cheap check of an unpickled entry's shape (the key already names its
-    content and the code that wrote it)."""
-    return (isinstance(run, Run) and f"{run.run_id}.json" == name
-            and all(type(p) is Point and type(p.metrics) in (dict, Metrics) and type(p.concurrency) is int
-                    for p in run.points))
 
 
 def document_key(found: Scan, templates: Path, *parts: object) -> str | None:

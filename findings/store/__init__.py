@@ -20,8 +20,10 @@ import errno
 import gzip
 import hashlib
 import json
+import operator
 import os
 import sqlite3
+from itertools import chain
 from pathlib import Path
 from typing import Iterator, Mapping
 
@@ -45,6 +47,11 @@ from findings.store.files import refuse_constant as refuse_constant
 from findings.store.files import run_path as run_path
 from findings.store.files import sidecar_path as sidecar_path
 from findings.store.files import with_requests as with_requests
+
+
+#: A point's (config, campaign); a run's points (read at C speed by ``merge``).
+_CONFIG_CAMPAIGN = operator.itemgetter(3, 2)
+_POINTS = operator.attrgetter("points")
 
 
 def merge(runs: list[Run]) -> Dataset:
@@ -77,7 +84,7 @@ def merge(runs: list[Run]) -> Dataset:
     nothing: Mapping[str, Scalar] = {}
     no_configs: Mapping[str, Mapping[str, Scalar]] = {}
     for run in sorted(runs, key=lambda r: (latest(r), r.run_id)):
-        measured = {(p.config, p.campaign) for p in run.points}
+        measured = set(map(_CONFIG_CAMPAIGN, run.points))
         for name, run_facts in run.configs.items():
             if last.get(name) is not run_facts:
                 configs.setdefault(name, {}).update(run_facts)
@@ -96,7 +103,7 @@ def merge(runs: list[Run]) -> Dataset:
                 here.update(given)
                 here.update(only)
                 last[key] = (id(given), id(only))
-    points = tuple(p for run in runs for p in run.points)
+    points = tuple(chain.from_iterable(map(_POINTS, runs)))
     return Dataset(campaigns=ordered, points=points, configs=configs, runs=tuple(runs), facts=facts)
 
 

@@ -166,3 +166,38 @@ def test_a_lead_beyond_the_band_whose_interval_includes_no_difference_is_not_cal
                              baseline_measured=True, latency=None, throughput=Best("throughput", "spec", a, inside),
                              candidates=())
     assert "`spec` +2.0% against `baseline`, inside the ±4.0% noise band." in prose.throughput(wc2)
+
+
+def test_the_latest_common_campaign_is_right_however_cells_arrive():
+    """Table._latest_common (found when asked, kept true by ``add``) against a
+    brute-force search, on random tables grown in random batches, asked
+    before, between and after the batches."""
+    import random
+
+    from findings.derive.analysis import Cell, Table
+
+    configs, concs = ("baseline", "a", "b", "c"), (1, 8)
+    for seed in range(40):
+        rng = random.Random(seed)
+        n = rng.randrange(1, 40)
+        cells = [Cell("w", f"k{r:03d}", r, cfg, conc, 100.0, 100.0, 100.0, 1, (f"k{r}/{cfg}/{conc}",))
+                 for r in range(n) for cfg in configs for conc in concs if rng.random() < 0.3 + 0.1 * (cfg == "b")]
+        rng.shuffle(cells)
+        cut = sorted(rng.sample(range(len(cells) + 1), min(3, len(cells) + 1)))
+        batches = [cells[i:j] for i, j in zip([0, *cut], [*cut, len(cells)])]
+        table = Table(batches[0], Rules())
+        held: list[Cell] = list(batches[0])
+        for batch in [*batches[1:], []]:
+            for x in configs:
+                for y in configs:
+                    for conc in concs:
+                        if x == y:
+                            continue
+                        both = {c.campaign for c in held if c.config == x and c.concurrency == conc} & \
+                            {c.campaign for c in held if c.config == y and c.concurrency == conc}
+                        want = max((c.rank for c in held if c.campaign in both), default=None)
+                        got = table._latest_common(x, y, conc)
+                        assert (got.rank if got is not None else None) == want, (seed, x, y, conc)
+                        assert got is None or got.campaign in both
+            table.add(batch)
+            held += batch

@@ -255,3 +255,26 @@ def test_diff_reports_the_new_regression_between_two_commits(tmp_path: Path) -> 
     assert "  - recorded facts: baseline: sglang_version 0.5.20 → 0.5.23; spec-g: sglang_version 0.5.20 → 0.5.23" in md
     same = cli(*settings, "diff", "HEAD").output
     assert same.count("\n") == 1 and same.startswith("findings diff: no change against `HEAD`")
+
+
+def test_facts_between_compares_equal_contents_once_and_tells_types_apart():
+    """FactsBetween shares its comparisons between copies of equal facts, but
+    True, 1 and 1.0 (or 0.0 and -0.0) are different contents, and a value
+    that cannot be hashed is still compared."""
+    from findings.derive.regressions import FactsBetween, facts_changed
+
+    facts = {("c", "k1"): {"x": 1, "v": "a"}, ("c", "k2"): {"x": 1, "v": "a"},
+             ("c", "k3"): {"x": True, "v": "a"}, ("c", "k4"): {"x": 1.0, "v": "a"},
+             ("c", "k5"): {"x": -0.0, "v": "a"}, ("c", "k6"): {"x": 0.0, "v": "a"},
+             ("c", "k7"): {"x": [1], "v": "b"}, ("c", "k8"): {"x": [1], "v": "a"}}
+    between = FactsBetween(lambda config, campaign: facts[(config, campaign)])
+    names = [k for _, k in facts]
+    for a in names:
+        for b in names:
+            for one_sided in (False, True):
+                want = facts_changed(facts[("c", a)], facts[("c", b)], one_sided)
+                got = between("c", a, "c", b, one_sided)
+                assert got == want and [type(v) for change in got for v in change] == \
+                    [type(v) for change in want for v in change], (a, b)
+    assert between("c", "k1", "c", "k3") == (("x", 1, True),)
+    assert between("c", "k5", "c", "k6") == ()

@@ -426,10 +426,13 @@ class Table:
         self._ranked: dict[tuple[str, int], tuple[list[int], list[Cell]]] = {}
         #: config -> its ``peak``, until one of its latest cells changes.
         self._peak: dict[str, Cell | None] = {}
-        #: (C, campaign) -> config -> cell: who was measured together.
-        self._together: dict[tuple[int, str], dict[str, Cell]] = {}
-        #: (config a, config b, C) -> the latest campaign that measured both.
-        self._common: dict[tuple[str, str, int], Cell] = {}
+        #: (config a, config b, C) -> a cell of the latest campaign that measured
+        #: both there (None: none did), found when first asked for (``_latest_common``)
+        #: and kept true as cells are added: only the pairs asked for, not every
+        #: pair of configs measured together (a million cells make millions).
+        self._common: dict[tuple[str, str, int], Cell | None] = {}
+        #: (config, C) -> the configs it has a ``_common`` entry with there.
+        self._partners: dict[tuple[str, int], set[str]] = {}
         #: C -> the baseline's (rank, campaign mean) in replay order (the
         #: latest ``rules.drift_window`` of them, or all).
         self._base: dict[int, collections.deque[tuple[int, float]]] = {}
@@ -442,9 +445,8 @@ class Table:
         new cells touch is computed again: the config and C lists when a new
         (config, C) appears, the drift at the Cs the baseline was measured at."""
         base = self.rules.baseline
-        commons = self._common
-        by_key, latest_of, ranked, together_at, peaks = self.by_key, self._latest, self._ranked, self._together, \
-            self._peak
+        commons, partners_of = self._common, self._partners
+        by_key, latest_of, ranked, peaks = self.by_key, self._latest, self._ranked, self._peak
         new_key = False
         drift_at: set[int] = set()
         for cell in sorted(cells, key=_RANK):
@@ -469,20 +471,13 @@ class Table:
                 if rank < latest.rank:
                     mine = by_key[key] = dict(sorted(mine.items(), key=lambda kv: kv[1].rank))
                 ranked[key] = ([c.rank for c in mine.values()], list(mine.values()))
-            here = (conc, campaign)
-            together = together_at.get(here)
-            if together is None:
-                together = together_at[here] = {}
-            for other in together:  # the configs measured with it there
-                pair = (config, other, conc)
-                common = commons.get(pair)
-                if common is None or rank > common.rank:
-                    commons[pair] = cell
-                pair = (other, config, conc)
-                common = commons.get(pair)
-                if common is None or rank > common.rank:
-                    commons[pair] = cell
-            together[config] = cell
+            partners = partners_of.get(key)
+            if partners:  # the pairs asked for that this campaign may make more recent
+                for other in partners:
+                    if campaign in by_key.get((other, conc), ()):
+                        common = commons[(config, other, conc)]
+                        if common is None or rank > common.rank:
+                            commons[(config, other, conc)] = commons[(other, config, conc)] = cell
             if config == base:
                 means = self._base.get(conc)
                 if means is None:
@@ -645,12 +640,39 @@ class Table:
         ca, cb = self.cells_of(a, conc), self.cells_of(b, conc)
         if not ca or not cb:
             return None
-        common = self.latest(a, conc) if a == b else self._common.get((a, b, conc))
+        common = self.latest(a, conc) if a == b else self._latest_common(a, b, conc)
         if common is not None:
             return self.compare_cells(ca[common.campaign], cb[common.campaign], verdict_only)
         la, lb = self.latest(a, conc), self.latest(b, conc)
         assert la is not None and lb is not None
         return self.compare_cells(la, lb, verdict_only)
+
+    def _latest_common(self, a: str, b: str, conc: int) -> Cell | None:
+        """A cell of the latest campaign that measured both ``a`` and ``b`` at
+        ``conc`` (None: none did): looked for once per pair, then kept true by
+        ``add``. The few latest cells of the config measured less often are
+        tried first; most pairs were measured together lately."""
+        key = (a, b, conc)
+        commons = self._common
+        if key in commons:
+            return commons[key]
+        found: Cell | None = None
+        ra, rb = self._ranked.get((a, conc)), self._ranked.get((b, conc))
+        if ra is not None and rb is not None:
+            mine, theirs = (ra[1], self.by_key[(b, conc)]) if len(ra[1]) <= len(rb[1]) else \
+                (rb[1], self.by_key[(a, conc)])
+            for cell in reversed(mine[-8:]):
+                if cell.campaign in theirs:
+                    found = cell
+                    break
+            else:
+                both = theirs.keys() & {c.campaign for c in mine[:-8]}
+                if both:
+                    found = max((c for c in mine[:-8] if c.campaign in both), key=_RANK)
+        commons[key] = commons[(b, a, conc)] = found
+        self._partners.setdefault((a, conc), set()).add(b)
+        self._partners.setdefault((b, conc), set()).add(a)
+        return found
 
     def peak(self, config: str) -> Cell | None:
         """The config's highest current throughput: the latest cell at each C
@@ -664,14 +686,14 @@ class Table:
 
     def compare_at(self, a: str, b: str, concs: Iterable[int]) -> list[Comparison | None]:
         """``[compare(a, b, c) for c in concs]``, with the lookups they share made once."""
-        by_key, common_of, latest = self.by_key, self._common, self._latest
+        by_key, latest = self.by_key, self._latest
         out: list[Comparison | None] = []
         for conc in concs:
             ca, cb = by_key.get((a, conc)), by_key.get((b, conc))
             if not ca or not cb:
                 out.append(None)
                 continue
-            common = latest.get((a, conc)) if a == b else common_of.get((a, b, conc))
+            common = latest.get((a, conc)) if a == b else self._latest_common(a, b, conc)
             if common is not None:
                 out.append(self.compare_cells(ca[common.campaign], cb[common.campaign]))
             else:

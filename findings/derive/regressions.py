@@ -165,19 +165,40 @@ class FactsBetween:
     """``facts_changed`` between the facts of two (config, campaign) of one
     dataset (``facts_of``), each pair computed once: the history asks for
     the same pairs campaign after campaign, and every workload of a
-    campaign for the same config's pair."""
+    campaign for the same config's pair. Facts of equal content (a store of
+    years holds a few distinct sets in thousands of copies, one per config
+    and campaign) are compared once: a pair of contents, each fact's value
+    with its type and, for a float, its repr (``True``, ``1`` and ``1.0``,
+    or ``0.0`` and ``-0.0``, are not the same content)."""
 
     def __init__(self, facts_of: Callable[[str, str], Mapping[str, Scalar]]) -> None:
         self.facts_of = facts_of
         self._memo: dict[tuple[str, str, str, str, bool], tuple[FactChange, ...]] = {}
+        #: id of a facts mapping -> (the mapping, kept alive so the id is not reused; its content).
+        self._content: dict[int, tuple[Mapping[str, Scalar], tuple[object, ...]]] = {}
+        self._by_content: dict[tuple[object, object, bool], tuple[FactChange, ...]] = {}
+
+    def _key(self, facts: Mapping[str, Scalar]) -> tuple[object, ...]:
+        found = self._content.get(id(facts))
+        if found is None:
+            found = self._content[id(facts)] = (facts, tuple(
+                (k, v.__class__, repr(v) if v.__class__ is float else v) for k, v in facts.items()))
+        return found[1]
 
     def __call__(self, old_config: str, old_campaign: str, new_config: str, new_campaign: str,
                  one_sided: bool = False) -> tuple[FactChange, ...]:
         key = (old_config, old_campaign, new_config, new_campaign, one_sided)
         found = self._memo.get(key)
         if found is None:
-            found = self._memo[key] = facts_changed(self.facts_of(old_config, old_campaign),
-                                                    self.facts_of(new_config, new_campaign), one_sided)
+            old, new = self.facts_of(old_config, old_campaign), self.facts_of(new_config, new_campaign)
+            content = (self._key(old), self._key(new), one_sided)
+            try:
+                found = self._by_content.get(content)
+            except TypeError:  # a value that is no Scalar (an import's list, say): compared as it is
+                found = facts_changed(old, new, one_sided)
+            if found is None:
+                found = self._by_content[content] = facts_changed(old, new, one_sided)
+            self._memo[key] = found
         return found
 
 
@@ -282,21 +303,18 @@ def _band(old: Cell, new: Cell, rules: Rules) -> float:
     return max(rules.noise_floor, old.spread, new.spread)
 
 
-def _beyond(old: Cell, new: Cell, rules: Rules) -> tuple[float, float, bool]:
-    """(ratio, band, beyond the band)."""
-    ratio = new.mean / old.mean
-    band = _band(old, new, rules)
-    beyond = abs(ratio - 1) > band
-    if beyond and old.n >= 2 and new.n >= 2 and rules.interval != "band":
-        # Every resampled ratio on one side of 1 (stats.ratio_bounds): the
-        # interval excludes 1 for certain, and the bootstrap can be skipped.
-        bounds = ratio_bounds(new.values, old.values)
-        if bounds is None or bounds[0] <= 1 <= bounds[1]:
-            lo, hi = ratio_ci(new.values, old.values, rules.confidence, rules.resamples,
-                              "|".join(new.point_ids + old.point_ids))
-            if math.isfinite(lo) and math.isfinite(hi):
-                beyond = lo > 1 or hi < 1
-    return ratio, band, beyond
+def _interval_beyond(old: Cell, new: Cell, rules: Rules) -> bool:
+    """For a ratio beyond the band between two cells of repeats: whether the
+    bootstrap interval of new / old excludes 1 too (or cannot be found)."""
+    # Every resampled ratio on one side of 1 (stats.ratio_bounds): the
+    # interval excludes 1 for certain, and the bootstrap can be skipped.
+    bounds = ratio_bounds(new.values, old.values)
+    if bounds is None or bounds[0] <= 1 <= bounds[1]:
+        lo, hi = ratio_ci(new.values, old.values, rules.confidence, rules.resamples,
+                          "|".join(new.point_ids + old.point_ids))
+        if math.isfinite(lo) and math.isfinite(hi):
+            return lo > 1 or hi < 1
+    return True
 
 
 def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str, Scalar]],
@@ -313,21 +331,27 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
         names[cell.rank] = cell.campaign
     out: list[Move] = []
     between = FactsBetween(facts_of)
+    floor, bootstrap = rules.noise_floor, rules.interval != "band"
     for (workload, config), by_rank in sorted(series.items()):
         ranks = sorted(by_rank)
         p = ranks[0]
         for i in range(1, len(ranks)):
             q = ranks[i]
             old, new = by_rank[p], by_rank[q]
-            common = sorted(set(old) & set(new))
-            # Most pairs move within their band at every C: none beyond it,
-            # no move (the bootstrap in _beyond only ever takes one back).
-            if not common or not any(abs(new[c].mean / old[c].mean - 1) > _band(old[c], new[c], rules)
-                                     for c in common):
-                p = q
-                continue
-            measured = [(c, *_beyond(old[c], new[c], rules)) for c in common]
-            if not any(b for *_, b in measured):
+            # _beyond at every C both measured, in one pass: the ratio, the
+            # band, and beyond it (the bootstrap only ever takes one back).
+            measured: list[tuple[int, float, float, bool]] = []
+            moved = False
+            for c in sorted(old.keys() & new.keys()):
+                o, n = old[c], new[c]
+                ratio = n.mean / o.mean
+                band = max(floor, o.spread, n.spread)
+                beyond = abs(ratio - 1) > band
+                if beyond and bootstrap and o.n >= 2 and n.n >= 2:
+                    beyond = _interval_beyond(o, n, rules)
+                moved = moved or beyond
+                measured.append((c, ratio, band, beyond))
+            if not moved:
                 p = q
                 continue
             changed = between(config, names[p], config, names[q])
@@ -335,7 +359,7 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
             later_rank = ranks[i + 1] if i + 1 < len(ranks) else None
             kind, reason, known = _classify(measured, old, new, later, later_rank, changed, rules,
                                             names.get(later_rank) if later_rank is not None else None)
-            runs = tuple(sorted({pid.rsplit("/", 1)[0] for c in common for pid in new[c].point_ids}))
+            runs = tuple(sorted({pid.rsplit("/", 1)[0] for c, *_ in measured for pid in new[c].point_ids}))
             out.append(Move(workload=workload, config=config, previous_campaign=names[p], campaign=names[q],
                             rank=q, ratios=tuple((c, r, b) for c, r, b, _ in measured), facts_changed=changed,
                             kind=kind, reason=reason, known_at=q if known is None else known,

@@ -201,3 +201,33 @@ def test_the_latest_common_campaign_is_right_however_cells_arrive():
                         assert got is None or got.campaign in both
             table.add(batch)
             held += batch
+
+
+def test_a_table_filled_at_once_is_the_table_grown_cell_by_cell():
+    """Table's bulk fill of an empty table (Table._fill) against adding the
+    same cells one at a time: the same indexes, drift and lookups; a
+    (config, C, campaign) given twice falls back to ``add``'s own rule."""
+    import random
+
+    from findings.derive.analysis import Cell, Table
+
+    def state(t: Table) -> tuple:
+        return (t.by_key, {k: list(v.items()) for k, v in t.by_key.items()}, t._latest, t._ranked,
+                {c: list(d) for c, d in t._base.items()}, t.configs, t.concurrencies, t.drift)
+
+    for seed in range(30):
+        rng = random.Random(seed)
+        cells = [Cell("w", f"k{r:03d}", r, cfg, conc, rng.uniform(50, 150), 0.0, 0.0, 1, (f"{r}/{cfg}/{conc}",))
+                 for r in range(rng.randrange(1, 30)) for cfg in ("baseline", "a", "b") for conc in (1, 8, 64)
+                 if rng.random() < 0.5]
+        if seed % 3 == 0 and cells:
+            cells.append(cells[0]._replace(mean=cells[0].mean * 2))  # twice: the later one is kept
+        rng.shuffle(cells)
+        rules = Rules(drift_window=rng.choice([0, 3, 10]))
+        bulk = Table(cells, rules)
+        grown = Table([], rules)
+        assert [grown.peak(c) for c in ("baseline", "a", "b")] == [None] * 3  # found of the empty table
+        for cell in sorted(cells, key=lambda c: c.rank):
+            grown.add([cell])
+        assert state(bulk) == state(grown), seed
+        assert [bulk.peak(c) for c in ("baseline", "a", "b")] == [grown.peak(c) for c in ("baseline", "a", "b")]

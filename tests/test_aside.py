@@ -260,3 +260,28 @@ def test_a_render_with_the_replay_aside_is_the_same_document(tmp_path: Path, mon
     assert api.render_text(settings) == here and runs == [1, 1]
     kept = rendercache.get_history(rendercache.scan(folder))
     assert kept is not None and len(kept.chain) == len(kept.entries) > 0 and kept.replayed == len(kept.entries)
+
+
+def test_the_chain_is_hashed_where_the_replay_runs_aside(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A replay aside hashes the cache's chain there, not in the caller (D146):
+    the caller's path does not wait for it; the cache it leaves is the same."""
+    monkeypatch.setattr(history, "ASIDE_CELLS", 1)
+    where = tmp_path / "hashed"
+    real = history._chain
+
+    def chain(*args: Any) -> list[str]:
+        with where.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real(*args)
+
+    monkeypatch.setattr(history, "_chain", chain)
+    data = synthetic(2, campaigns=12)
+    rules = Rules(resamples=200)
+    cache = HistoryCache()
+    begun = begin(data, rules, cache=cache, aside=aside.forked)
+    got = begun.result()
+    pids = where.read_text().split()
+    assert len(pids) == 1 and int(pids[0]) != os.getpid()
+    plain = HistoryCache()
+    assert got == replay(data, rules, cache=plain)
+    assert (cache.chain, cache.entries, cache.replayed) == (plain.chain, plain.entries, plain.replayed)

@@ -319,12 +319,13 @@ def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
           on_step: Callable[[Campaign, Conclusions], None] | None = None, aside: Aside | None = None) -> Replay:
     """``replay``, begun. Without ``aside`` it is all done when the result is
     asked for (never, if it is not). With ``aside`` (findings/core/aside.py),
-    the cache's chain is hashed now, and a replay of a large store
+    a replay of a large store
     (``ASIDE_CELLS``) runs aside from now on, while the caller derives the
     rest: a whole replay, or one resumed from the cache, whose tables are
     built again from every cell before its first new campaign (D143; only
-    the new entries come back). The cache is left holding the replay's
-    state once the result is asked for. The result is the same either way."""
+    the new entries come back). The cache's chain is hashed where the
+    replay runs (D146). The cache is left holding the replay's state once
+    the result is asked for. The result is the same either way."""
     if aside is None or on_step is not None:
         return Replay(lambda: _Job(data, rules, all_cells, found, cache, on_step).finish())
     job = _Job(data, rules, all_cells, found, cache, on_step)
@@ -366,28 +367,53 @@ class _Job:
             return found
 
         self.breaks_at = breaks_at
-        self.chain = _chain(data, rules, by_rank, breaks_at) if cache is not None else []
-        self.resume = cache is not None and bool(cache.chain) and on_step is None and \
-            tuple(self.chain[:len(cache.chain)]) == cache.chain
+        self._chain: list[str] | None = None
+        self._resume = False
+
+    def _hashed(self) -> None:
+        """The cache's chain for this data, and whether the cache's is a prefix
+        of it: hashed where the replay runs (aside, for a large store: not
+        on the caller's path)."""
+        if self._chain is not None:
+            return
+        cache = self.cache
+        self._chain = _chain(self.data, self.rules, self.by_rank, self.breaks_at) if cache is not None else []
+        self._resume = cache is not None and bool(cache.chain) and self.on_step is None and \
+            tuple(self._chain[:len(cache.chain)]) == cache.chain
+
+    @property
+    def chain(self) -> list[str]:
+        self._hashed()
+        assert self._chain is not None
+        return self._chain
+
+    @property
+    def resume(self) -> bool:
+        self._hashed()
+        return self._resume
 
     def run(self) -> tuple[list[Entry], _Concluded]:
         """The entries, and each workload's state at the end."""
         return _run(self.data, self.rules, self.by_rank, self.breaks_at, self.cache if self.resume else None,
                     self.on_step)
 
-    def run_new(self) -> tuple[list[Entry], _Concluded]:
-        """``run``, less the entries the cache it resumes from holds (what a
-        replay aside sends back: ``joined`` puts them before)."""
+    def run_new(self) -> tuple[list[Entry], _Concluded, list[str], bool]:
+        """``run``, less the entries the cache it resumes from holds, with the
+        chain and whether it resumed (what a replay aside sends back:
+        ``joined`` puts the kept entries before)."""
         entries, concluded = self.run()
-        return entries[self.kept:], concluded
+        return entries[self.kept:], concluded, self.chain, self.resume
 
     @property
     def kept(self) -> int:
         """The entries taken from the cache: those of the prefix it resumes."""
         return len(self.cache.chain) if self.resume and self.cache is not None else 0
 
-    def joined(self, new: list[Entry], concluded: _Concluded) -> tuple[list[Entry], _Concluded]:
-        """``run``'s result from ``run_new``'s."""
+    def joined(self, new: list[Entry], concluded: _Concluded, chain: list[str],
+               resume: bool) -> tuple[list[Entry], _Concluded]:
+        """``run``'s result from ``run_new``'s (computed aside: its chain and
+        resume are taken as they were found there)."""
+        self._chain, self._resume = chain, resume
         if not self.kept:
             return new, concluded
         assert self.cache is not None

@@ -262,9 +262,12 @@ def test_a_render_with_the_replay_aside_is_the_same_document(tmp_path: Path, mon
     assert kept is not None and len(kept.chain) == len(kept.entries) > 0 and kept.replayed == len(kept.entries)
 
 
-def test_the_chain_is_hashed_where_the_replay_runs_aside(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """A replay aside hashes the cache's chain there, not in the caller (D146):
-    the caller's path does not wait for it; the cache it leaves is the same."""
+def test_the_chain_is_hashed_aside_when_the_replay_may_resume(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    """D146: with a cache to resume from, a replay aside hashes the chain
+    there (the caller's path does not wait for it); with nothing to resume,
+    the caller hashes it while the whole replay runs aside. The entries and
+    the cache left are those of one replay here, either way."""
     monkeypatch.setattr(history, "ASIDE_CELLS", 1)
     where = tmp_path / "hashed"
     real = history._chain
@@ -276,12 +279,16 @@ def test_the_chain_is_hashed_where_the_replay_runs_aside(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(history, "_chain", chain)
     data = synthetic(2, campaigns=12)
+    earlier = data.upto(data.campaigns[-2].name)
     rules = Rules(resamples=200)
     cache = HistoryCache()
-    begun = begin(data, rules, cache=cache, aside=aside.forked)
-    got = begun.result()
-    pids = where.read_text().split()
-    assert len(pids) == 1 and int(pids[0]) != os.getpid()
+    assert begin(earlier, rules, cache=cache, aside=aside.forked).result() == replay(earlier, rules)
+    assert [int(p) for p in where.read_text().split()] == [os.getpid()]  # nothing to resume: here
+    where.unlink()
+    got = begin(data, rules, cache=cache, aside=aside.forked).result()
+    pids = [int(p) for p in where.read_text().split()]
+    assert len(pids) == 1 and pids[0] != os.getpid() and cache.replayed == 1  # resumed: hashed aside
     plain = HistoryCache()
+    replay(earlier, rules, cache=plain)
     assert got == replay(data, rules, cache=plain)
     assert (cache.chain, cache.entries, cache.replayed) == (plain.chain, plain.entries, plain.replayed)

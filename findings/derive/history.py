@@ -323,8 +323,9 @@ def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     (``ASIDE_CELLS``) runs aside from now on, while the caller derives the
     rest: a whole replay, or one resumed from the cache, whose tables are
     built again from every cell before its first new campaign (D143; only
-    the new entries come back). The cache's chain is hashed where the
-    replay runs (D146). The cache is left holding the replay's state once
+    the new entries come back). The cache's chain is hashed aside when
+    it decides whether the replay resumes, here meanwhile when there is
+    nothing to resume (D146). The cache is left holding the replay's state once
     the result is asked for. The result is the same either way."""
     if aside is None or on_step is not None:
         return Replay(lambda: _Job(data, rules, all_cells, found, cache, on_step).finish())
@@ -332,6 +333,11 @@ def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     if job.cells < ASIDE_CELLS:
         return Replay(job.finish)
     pending = aside(job.run_new)
+    if cache is not None and not job.may_resume:
+        # Nothing to resume: the chain is only left in the cache after. The
+        # whole replay aside takes longer than the rest here, so hash it here
+        # meanwhile; a resumed replay aside is short, and hashes it there.
+        job._hashed()
     return Replay(lambda: job.done(*job.joined(*pending.result())), pending)
 
 
@@ -370,10 +376,16 @@ class _Job:
         self._chain: list[str] | None = None
         self._resume = False
 
+    @property
+    def may_resume(self) -> bool:
+        """Whether there is a cache to resume from: only then is the chain
+        needed before the replay (to tell whether the cache's is a prefix
+        of it); otherwise only to leave it in the cache after."""
+        return self.cache is not None and bool(self.cache.chain) and self.on_step is None
+
     def _hashed(self) -> None:
         """The cache's chain for this data, and whether the cache's is a prefix
-        of it: hashed where the replay runs (aside, for a large store: not
-        on the caller's path)."""
+        of it."""
         if self._chain is not None:
             return
         cache = self.cache
@@ -389,6 +401,8 @@ class _Job:
 
     @property
     def resume(self) -> bool:
+        if not self.may_resume:
+            return False
         self._hashed()
         return self._resume
 
@@ -397,23 +411,25 @@ class _Job:
         return _run(self.data, self.rules, self.by_rank, self.breaks_at, self.cache if self.resume else None,
                     self.on_step)
 
-    def run_new(self) -> tuple[list[Entry], _Concluded, list[str], bool]:
+    def run_new(self) -> tuple[list[Entry], _Concluded, list[str] | None, bool]:
         """``run``, less the entries the cache it resumes from holds, with the
-        chain and whether it resumed (what a replay aside sends back:
-        ``joined`` puts the kept entries before)."""
+        chain if it was hashed here and whether it resumed (what a replay
+        aside sends back: ``joined`` puts the kept entries before)."""
         entries, concluded = self.run()
-        return entries[self.kept:], concluded, self.chain, self.resume
+        return entries[self.kept:], concluded, self._chain, self.resume
 
     @property
     def kept(self) -> int:
         """The entries taken from the cache: those of the prefix it resumes."""
         return len(self.cache.chain) if self.resume and self.cache is not None else 0
 
-    def joined(self, new: list[Entry], concluded: _Concluded, chain: list[str],
+    def joined(self, new: list[Entry], concluded: _Concluded, chain: list[str] | None,
                resume: bool) -> tuple[list[Entry], _Concluded]:
-        """``run``'s result from ``run_new``'s (computed aside: its chain and
-        resume are taken as they were found there)."""
-        self._chain, self._resume = chain, resume
+        """``run``'s result from ``run_new``'s (computed aside: its chain, if
+        hashed there, and resume are taken as they were found there)."""
+        if chain is not None:
+            self._chain, self._resume = chain, resume
+        assert resume == self.resume
         if not self.kept:
             return new, concluded
         assert self.cache is not None

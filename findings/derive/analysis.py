@@ -453,7 +453,7 @@ class Table:
         if not by_key and self._fill(ordered):
             return
         for cell in ordered:
-            _, campaign, rank, config, conc, mean, *_ = cell
+            _, campaign, rank, config, conc, mean, _, _, _, _, _, _ = cell  # every field: no list made
             key = (config, conc)
             mine = by_key.get(key)
             if mine is None:

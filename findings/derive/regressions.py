@@ -359,7 +359,7 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
             later_rank = ranks[i + 1] if i + 1 < len(ranks) else None
             kind, reason, known = _classify(measured, old, new, later, later_rank, changed, rules,
                                             names.get(later_rank) if later_rank is not None else None)
-            runs = tuple(sorted({pid.rsplit("/", 1)[0] for c, *_ in measured for pid in new[c].point_ids}))
+            runs = tuple(sorted({pid.rsplit("/", 1)[0] for c, _, _, _ in measured for pid in new[c].point_ids}))
             out.append(Move(workload=workload, config=config, previous_campaign=names[p], campaign=names[q],
                             rank=q, ratios=tuple((c, r, b) for c, r, b, _ in measured), facts_changed=changed,
                             kind=kind, reason=reason, known_at=q if known is None else known,

@@ -123,9 +123,9 @@ class _SignalOnData(asyncio.Protocol):
 
 
 @pytest.mark.parametrize("choice", ["auto", "asyncio"])
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_stop_signal_inside_a_transport_callback_stops_the_measurement(monkeypatch, choice, sig):
-    """SIGTERM or SIGHUP while the loop is inside a protocol's callback: the
+    """A stop signal while the loop is inside a protocol's callback: the
     measurement's task is cancelled (it sees CancelledError and unwinds) and
     ``Terminated`` is raised once the loop is done, on either loop."""
     from findings.bench.runner import Terminated, stop_signals
@@ -156,3 +156,28 @@ def test_a_stop_signal_inside_a_transport_callback_stops_the_measurement(monkeyp
     assert seen == ["cancelled"]
     assert time.monotonic() - t < 15
     assert signal.getsignal(sig) == before and not eventloop._flights  # the handler put back; no loop left
+
+
+@pytest.mark.parametrize("choice", ["auto", "asyncio"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_is_not_lost_when_the_measurement_swallows_the_cancel(monkeypatch, choice, sig):
+    """D147: a measurement whose task catches the cancel and finishes (as
+    asyncio.wait_for can on Python 3.11) still stops: ``Terminated`` is
+    raised once the loop is done. Ctrl-C went through asyncio's runner,
+    which then returned the task's result and measured on."""
+    from findings.bench.runner import Terminated, stop_signals
+
+    monkeypatch.setenv(eventloop.ENV, choice)
+
+    async def measure() -> str:
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), sig)
+        try:
+            await asyncio.sleep(20)
+        except asyncio.CancelledError:
+            return "swallowed"
+        return "finished"
+
+    t = time.monotonic()
+    with pytest.raises(Terminated) as caught, stop_signals():
+        eventloop.run(measure())
+    assert caught.value.signum == sig and time.monotonic() - t < 15

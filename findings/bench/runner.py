@@ -129,26 +129,31 @@ class _Stopped(Exception):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, taken as Ctrl-C is: the finished points are kept and
-    every launched server is stopped (its whole process group)."""
+    """A stop signal (SIGINT: Ctrl-C; SIGTERM, SIGHUP), taken as Ctrl-C is:
+    the finished points are kept and every launched server is stopped (its
+    whole process group)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
 
 
-#: Signals a bench run stops on as on Ctrl-C: what `timeout`, a CI cancel,
-#: Slurm and `docker stop` send (SIGTERM), and a closed terminal (SIGHUP).
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: Signals a bench run stops on: Ctrl-C (SIGINT), what `timeout`, a CI
+#: cancel, Slurm and `docker stop` send (SIGTERM), and a closed terminal
+#: (SIGHUP). SIGINT is handled here too, not by asyncio's runner: its
+#: handler cancels the loop's task, and a task that swallowed that cancel
+#: (asyncio.wait_for can, on Python 3.11) went on measuring (D147).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
-    """While measuring, SIGTERM and SIGHUP raise ``Terminated`` in the main
+    """While measuring, a stop signal raises ``Terminated`` in the main
     thread, once: a second one during the cleanup is ignored, so that the
     servers are still stopped. Inside a measurement's event loop the loop's
-    task is cancelled instead and ``Terminated`` raised once it has unwound
-    (eventloop.stop_running, D138). The handlers before are put back after."""
+    task is cancelled instead and ``Terminated`` raised once it has unwound,
+    or once it ends if it swallowed the cancel (eventloop.stop_running,
+    D138). The handlers before are put back after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -390,8 +390,7 @@ class _Job:
             return
         cache = self.cache
         self._chain = _chain(self.data, self.rules, self.by_rank, self.breaks_at) if cache is not None else []
-        self._resume = cache is not None and bool(cache.chain) and self.on_step is None and \
-            tuple(self._chain[:len(cache.chain)]) == cache.chain
+        self._resume = self.may_resume and cache is not None and tuple(self._chain[:len(cache.chain)]) == cache.chain
 
     @property
     def chain(self) -> list[str]:

@@ -338,8 +338,9 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
         for i in range(1, len(ranks)):
             q = ranks[i]
             old, new = by_rank[p], by_rank[q]
-            # _beyond at every C both measured, in one pass: the ratio, the
-            # band, and beyond it (the bootstrap only ever takes one back).
+            # At every C both measured, in one pass: the ratio, the band
+            # (``_band``, inlined: a million cells), and whether it is beyond
+            # the band (the bootstrap only ever takes one back).
             measured: list[tuple[int, float, float, bool]] = []
             moved = False
             for c in sorted(old.keys() & new.keys()):

@@ -231,3 +231,28 @@ def test_a_table_filled_at_once_is_the_table_grown_cell_by_cell():
             grown.add([cell])
         assert state(bulk) == state(grown), seed
         assert [bulk.peak(c) for c in ("baseline", "a", "b")] == [grown.peak(c) for c in ("baseline", "a", "b")]
+
+
+def test_failures_unknown_in_columns_equals_the_point_by_point_list(rules):
+    """derive's failures_unknown, picked at C speed from the counts, is the
+    points whose source does not record failures, in the points' order;
+    with a point id twice (the counts then hold it once) it takes the
+    point-by-point path and lists it twice, as before."""
+    import dataclasses
+
+    from findings.derive.derived import _failures_unknown, derive
+    from findings.derive.validity import assess
+
+    rows = [("a", "baseline", "w", c, 100.0 + c) for c in (1, 2, 4)] + [("a", "spec", "w", c, 90.0) for c in (1, 2)]
+    data = dataset(rows)
+    # Every other point records how many requests failed; the rest do not.
+    pts = tuple(p._replace(metrics={**p.metrics, "completed": 10.0, "failed": 0.0}) if i % 2 else p
+                for i, p in enumerate(data.points))
+    data = dataclasses.replace(data, points=pts)
+    _, every = assess(data, rules.gates)
+    expected = tuple(p.id for p in data.points if every[p.id].failures_unknown)
+    assert expected and len(expected) < len(data.points)
+    assert derive(data, rules).failures_unknown == expected == _failures_unknown(data.points, every)
+    twice = data.points + data.points[:1]
+    assert _failures_unknown(twice, every) == tuple(p.id for p in twice if every[p.id].failures_unknown)
+    assert len(_failures_unknown(twice, every)) == len(expected) + 1

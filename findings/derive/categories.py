@@ -124,6 +124,8 @@ FAMILY_ALIGN = ("left", "left", "right", "right", "right", "right")
 def latest_campaigns(points: Iterable[Point], fams: Mapping[str, Mapping[str, str]],
                      rank: Mapping[str, int]) -> dict[str, str]:
     """Each split prompt set's latest campaign (by ``rank``, replay order), in one pass."""
+    if not fams:
+        return {}
     of = {w: label for label, members in fams.items() for w in members}
     best: dict[str, str] = {}
     for p in points:

@@ -27,6 +27,8 @@ order is the order of the dependencies:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 from findings.core.aside import Aside
@@ -105,6 +107,9 @@ class Derived:
     points: Mapping[str, Point]
     #: the store's tunes (findings tune), each trial scored from the valid cells.
     tuning: tuple[tuning_mod.Tuning, ...] = ()
+    #: the workloads split by prompt category, by the prompt set they split
+    #: (categories.families): {set label: {workload: category}}.
+    families: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: campaign -> its within-campaign comparisons, each derived once, when
     #: first asked for (a document shows its latest campaigns only).
     _comparisons: dict[str, dict[str, list[Comparison]]] = field(default_factory=dict, compare=False, repr=False)
@@ -185,18 +190,31 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
         flags = {**gate_flags, **done.suspect_flags}
         spec = caveats.speculative_configs(data.configs, data.points)
         points = {p.id: p for p in data.points}
+        families = categories.families(data.points)
         return Derived(
             data=data, rules=rules, flags=flags, concluded=done,
             replayed=history,
             open_loop=openloop.conclude(data, rules, flags, spec=spec, points=points),
-            by_category=tuple(categories.differences(done.conclusions, categories.families(data.points),
-                                                     SIMULATED_SUFFIX)),
-            failures_unknown=tuple(p.id for p in data.points if every[p.id].failures_unknown),
+            by_category=tuple(categories.differences(done.conclusions, families, SIMULATED_SUFFIX)),
+            failures_unknown=_failures_unknown(data.points, every),
             counts=every,
             speculative=spec,
             points=points,
             tuning=tuning_mod.tunings(data, done.cells, flags, rules.objective),
+            families=families,
         )
     except BaseException:
         history.close()
         raise
+
+
+_UNKNOWN = attrgetter("failures_unknown")
+
+
+def _failures_unknown(points: Sequence[Point], every: Mapping[str, Counts]) -> tuple[str, ...]:
+    """The ids of the points whose failures are unknown, in the points'
+    order: at C speed where ``every`` (validity.assess) holds each point
+    once, in that order."""
+    if len(every) == len(points):
+        return tuple(compress(every, map(_UNKNOWN, every.values())))
+    return tuple(p.id for p in points if every[p.id].failures_unknown)

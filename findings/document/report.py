@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass, replace
 from itertools import compress
 from operator import attrgetter
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from findings.core import fmt
 from findings.core.model import THROUGHPUT, Dataset, Point, Run, Scalar
@@ -57,6 +57,7 @@ def _scalar(v: Scalar) -> str:
 
 
 _point_id = attrgetter("id")
+_ALL_FAILED = attrgetter("all_failed")
 
 
 class _Numbered(Mapping[str, str]):
@@ -82,12 +83,25 @@ class Labels:
 
     def __init__(self, data: Dataset, rules: Rules) -> None:
         rank = {c.name: i for i, c in enumerate(data.campaigns)}
+        # (data.points come nearly in this order already: a sort by key is
+        # quicker than one in columns, measured at a million points)
         ordered = sorted(data.points, key=lambda p: (rank[p.campaign], analysis_workload(p.workload, p.simulated),
                                                       p.config != rules.baseline, p.config, p.concurrency, p.id))
         self.points = ordered
-        self.of: Mapping[str, str] = _Numbered(dict(zip(map(_point_id, ordered), range(1, len(ordered) + 1))))
+        #: point id -> its number (its place in document order, from 1)
+        self.place: dict[str, int] = dict(zip(map(_point_id, ordered), range(1, len(ordered) + 1)))
+        self.of: Mapping[str, str] = _Numbered(self.place)
         #: The point ids the document cites, for an appendix of only those.
         self.cited: set[str] = set()
+
+    def cited_points(self, points: Mapping[str, Point]) -> list[Point]:
+        """The cited points (``points``: by id), in document order."""
+        return [points[i] for i in sorted(self.cited, key=self.place.__getitem__)]
+
+    def in_order(self, ids: Iterable[str], points: Mapping[str, Point]) -> list[Point]:
+        """The points of ``ids`` that are in the document (``points``: by id), in document order."""
+        place = self.place
+        return [points[i] for i in sorted((i for i in ids if i in place), key=place.__getitem__)]
 
     def label(self, point_id: str) -> str:
         self.cited.add(point_id)
@@ -243,7 +257,7 @@ def _category_table(pts: list[Point], spec: frozenset[str]) -> Table | None:
     return Table(categories.HEADERS, categories.table_rows(rows), categories.ALIGN)
 
 
-def _latest_views(wc_cells: list[Cell], points: dict[str, Point]) -> list[views.CellView]:
+def _latest_views(wc_cells: list[Cell], points: Mapping[str, Point]) -> list[views.CellView]:
     """Each config's latest valid cell at each C, as latency views."""
     latest: dict[tuple[str, int], Cell] = {}
     for c in wc_cells:
@@ -660,12 +674,10 @@ def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
 
 
 def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool,
-              n_of: Mapping[str, Counts]) -> Table:
+              n_of: Mapping[str, Counts], points: Mapping[str, Point]) -> Table:
     runs = {r.run_id: r for r in data.runs}
     rows = []
-    for p in labels.points:
-        if only_cited and p.id not in labels.cited:
-            continue
+    for p in labels.cited_points(points) if only_cited else labels.points:
         run = runs.get(p.run_id)
         src = (run.source_file if run and run.source_file else p.source)
         where = f"{src}:{p.source_line}" if p.source_line is not None else str(src)
@@ -700,7 +712,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     found, conclusions = done.moves, done.conclusions
     comps = derived.comparisons(shown_names)
     labels = Labels(data, rules)
-    points = dict(derived.points)
+    points = derived.points
     marks = Marks(derived)
     open_loop = derived.open_loop
     deployments = decided.deployments
@@ -720,7 +732,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     for cell in valid:
         valid_at.setdefault((cell.campaign, cell.workload), []).append(cell)
         valid_of.setdefault(cell.workload, []).append(cell)
-    bad_points = [p for p in labels.points if p.id in flags]
+    bad_points = labels.in_order(flags, points)
     # A tune's trials other than its best: in its Config search section, not
     # one policy and Deploy block each in the conclusion (D115).
     tune_hidden = frozenset(tr.config for t in derived.tuning for tr in t.trials
@@ -801,7 +813,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
             "workloads": sections,
             "sources": _sources(pts, runs_by_id),
         })
-    families = categories.families(data.points)
+    families = derived.families
     by_category = [d.sentence() for d in derived.by_category]
     category_tables = []
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
@@ -817,7 +829,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         hidden_campaigns = {"count": len(hidden), "shown": len(shown), "first": hidden[0].name,
                             "first_when": hidden[0].when, "last": hidden[-1].name, "last_when": hidden[-1].when,
                             "points": len(closed) - sum(len(p) for w in by_campaign.values() for p in w.values())}
-    appendix = _appendix(labels, flags, data, only_cited=bool(hidden), n_of=derived.counts)
+    appendix = _appendix(labels, flags, data, only_cited=bool(hidden), n_of=derived.counts, points=points)
     moves_shown = [m for m in found if m.campaign in shown_names]
     open_sections = [
         {**section, "deploy": [_deploy_block(d) for d in deployments if d.workload == section["key"]],
@@ -848,7 +860,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
         "n_runs": len(data.runs),
         "n_flagged": len(flags),
         "n_failures_unknown": n_unknown,
-        "n_all_failed": sum(1 for n in derived.counts.values() if n.all_failed),
+        "n_all_failed": sum(map(_ALL_FAILED, derived.counts.values())),  # (at C speed: a bool per point)
         "caveat": (caveats.EXPLANATION + (" " + caveats.UNLIKE_EXPLANATION if caveats.unlike(seen) else "")
                    if seen else None),
         "caveat_mark": caveats.MARK,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from findings.derive.analysis import Cell
 from findings.core.model import Point
@@ -67,7 +67,7 @@ class CellView:
         return all(checks)
 
 
-def cell_views(cells: Iterable[Cell], points: dict[str, Point]) -> list[CellView]:
+def cell_views(cells: Iterable[Cell], points: Mapping[str, Point]) -> list[CellView]:
     out = []
     for c in cells:
         pts = [points[i] for i in c.point_ids]

@@ -52,6 +52,7 @@ import csv
 import datetime as dt
 import hashlib
 import json
+import math
 import os
 import platform
 import shlex
@@ -355,7 +356,21 @@ def _arrival_ks(emu: Emulator, rate: float, warmup: int) -> dict[str, float]:
     arrivals = sorted(json.loads(line)["arrival"]
                       for line in emu.truth_log.read_text(encoding="utf-8").splitlines())[warmup:]
     return {"server_arrival_rate_req_s": (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]),
-            "server_arrival_ks_p": _gaps_ks(arrivals, rate), "server_arrivals": float(len(arrivals))}
+            "server_arrival_ks_p": _gaps_ks(arrivals, rate), "server_arrivals": float(len(arrivals)),
+            "server_short_gaps": _short_gaps(arrivals)}
+
+
+#: A gap shorter than this (seconds) is "short": at 1,000 requests/s, a
+#: Poisson schedule has about one gap in twenty this short, and a server that
+#: stamps an arrival only once it has done its work on the one before (the
+#: emulator's event loop) records almost none.
+SHORT_GAP_S = 50e-6
+
+
+def _short_gaps(times: list[float]) -> float:
+    """The share of the gaps between sorted ``times`` under SHORT_GAP_S."""
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    return sum(g < SHORT_GAP_S for g in gaps) / len(gaps) if gaps else float("nan")
 
 
 def _gaps_ks(times: list[float], rate: float) -> float:
@@ -372,7 +387,19 @@ def _send_ks(point: dict[str, Any], rate: float) -> dict[str, float]:
     worker's, in time order) against the exponential of the nominal rate:
     what the server would see with no delay of its own."""
     sent = sorted(t for t in point["requests"]["sent_s"] if t is not None)
-    return {"client_send_ks_p": _gaps_ks(sent, rate)} if len(sent) > 1 else {}
+    if len(sent) < 2:
+        return {}
+    out = {"client_send_ks_p": _gaps_ks(sent, rate), "client_short_gaps": _short_gaps(sent),
+           # What the seeded exponential schedule holds: 1 - exp(-rate x SHORT_GAP_S).
+           "expected_short_gaps": 1 - math.exp(-rate * SHORT_GAP_S)}
+    # How much later than usual the server stamped a request after our
+    # write (its arrival less our send, less the median of that): the
+    # server's own delay, which it adds to the gaps it sees.
+    delay = [d for d in point["requests"].get("server_arrival_minus_sent_s", []) if d is not None]
+    mid, top = pct(delay, 50), pct(delay, 99)
+    if mid is not None and top is not None:
+        out["server_stamp_delay_p99_ms"] = (top - mid) * 1e3
+    return out
 
 
 def ours_open(emu: Emulator, work: Path, tag: str, rate: float, n: int, out_len: int,

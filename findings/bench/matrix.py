@@ -5,7 +5,7 @@ list of keys the loader accepts; tests/test_matrix_doc.py holds the page to it).
 ```toml
 [defaults]                    # any key here applies to every campaign
 api = "native"                # native | openai-chat | openai-completions
-transport = "aiohttp"         # aiohttp | httpx
+transport = "aiohttp"         # aiohttp | httpx | raw
 concurrency = [1, 2, 5, 10, 30, 70, 100, 250]
 repeats = 1
 warmup = 2                    # warm-up requests per point, not counted

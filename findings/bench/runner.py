@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterator, Mapping
 from findings import store
 from findings.core.version import __version__
 from findings.core import diskio, serverinfo
-from findings.derive import sequential
+from findings.derive import sequential, validity
+from findings.derive.validity import Gates
 from findings.bench import eventloop, host, launch, vocab
 from findings.bench.client import PointPlan, planned_requests, run_point
 from findings.bench import workers as worker_procs
@@ -75,6 +76,9 @@ class BenchOptions:
     #: After each closed-loop point: (config, C, its metrics) -> whether to go
     #: on with that config's sweep (findings tune stops a beaten trial, D115).
     keep_going: Callable[[str, int, Mapping[str, float]], bool] | None = None
+    #: The settings' validity gates: a point they flag as client-bound gets a
+    #: warning that says what would measure the server instead (``client_bound_note``).
+    gates: Gates | None = None
     #: Launched servers die with this process, even when it is SIGKILLed
     #: (a tune's trial on a Ray node that is lost: launch.start).
     servers_die_with_launcher: bool = False
@@ -108,6 +112,8 @@ class BenchReport:
     labels: list[str] = field(default_factory=list)
     #: A write the disk refused stopped the run (the problem says what was kept where).
     stopped: bool = False
+    #: Points stored, but flagged as client-bound by the gates: what to change.
+    warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         head = f"stored {len(self.written)} points"
@@ -121,7 +127,7 @@ class BenchReport:
             head = (f"stopped at the first refused write: stored {n} point{'' if n == 1 else 's'}{where}"
                     + (f" ({'; '.join(self.labels)})" if self.labels else ""))
         return "\n".join([head] + [f"sequential: {d}" for d in self.decisions]
-                         + [f"problem: {p}" for p in self.problems])
+                         + [f"warning: {w}" for w in self.warnings] + [f"problem: {p}" for p in self.problems])
 
 
 class _Stopped(Exception):
@@ -401,6 +407,29 @@ def _refused(opts: BenchOptions, report: BenchReport, run: Run, label: str,
     report.stopped = True
 
 
+def client_bound_note(label: str, point: Point, gates: Gates, workers: int, cpus: int,
+                      transport: str) -> str | None:
+    """A warning for a point the gates flag as client-bound (the document
+    leaves it out of every verdict), with what would measure the server
+    instead on this machine: more worker processes where cores are free
+    (one stays for the parent), the raw transport where another read the
+    streams (D125), else a client machine with more cores. None for a point
+    that is not client-bound."""
+    bound = [r for r in validity.reasons(point, {}, gates) if "client-bound" in r]
+    if not bound:
+        return None
+    fixes = []
+    if workers < cpus - 1:
+        fixes.append(f"more worker processes (--workers, up to {cpus - 1} on this machine's {cpus} cores; "
+                     f"this point ran {workers})")
+    if transport != "raw":
+        fixes.append(f"--transport raw, which reads the streams with less CPU than {transport}")
+    if not fixes:
+        fixes.append(f"a client machine with more cores than this one's {cpus}")
+    return (f"{label} is client-bound ({'; '.join(bound)}): the document leaves it out of every verdict. "
+            f"To measure the server instead: {', or '.join(fixes)}.")
+
+
 def _point_line(label: str, outcome: PointOutcome, m: dict[str, float]) -> str:
     parts = [f"{label}: {int(m['completed'])}/{outcome.planned} ok",
              f"{m.get('output_throughput_tok_s', 0):.1f} tok/s"]
@@ -496,6 +525,11 @@ class _Driver:
             raise _Stopped from None
         self.report.written.append(path)
         self.report.labels.append(label)
+        if self.opts.gates is not None and run.points:
+            warn = client_bound_note(label, run.points[0], self.opts.gates, n, worker_procs.cpus(),
+                                     sweep.transport)
+            if warn is not None:
+                self.report.warnings.append(warn)
         if _server_gone(target, outcome):
             self.report.problems.append(_gone_message(target))
             raise _Gone
@@ -818,6 +852,7 @@ def options(settings: Settings, *, date: str | None, campaign_suffix: str, log_d
                         date=day, campaign_suffix=campaign_suffix, api_key=api_key, progress=progress,
                         root=settings.root, baseline=settings.rules.baseline, append=append,
                         allow_workload_change=allow_workload_change, create=create,
+                        gates=settings.rules.gates,
                         until_decided=UntilDecided(settings.rules.baseline, settings.rules.noise_floor,
                                                    settings.rules.confidence, max_repeats, max_minutes)
                         if until_decided else None)

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from conftest import run_docs
+from conftest import ENGINE_TRANSPORT, run_docs
 
 # Not part of `make test`: the engine's first build takes minutes on 2 cores
 # (tools/get_llama_server.sh caches it per machine). `make test-engine` sets this.
@@ -51,6 +51,7 @@ SUMMARY = ROOT / "build" / "engine" / "conformance.md"
 
 MATRIX = f"""
 [defaults]
+transport = "{ENGINE_TRANSPORT}"
 concurrency = {list(CONCURRENCY)}
 warmup = 2
 health_timeout_s = 1200
@@ -124,7 +125,7 @@ def _ratio(m: dict[str, float]) -> float:
 
 
 def _write_summary(points: Points) -> None:
-    lines = ["# llama.cpp conformance (make test-engine)", "",
+    lines = ["# llama.cpp conformance (make test-engine)", "", f"Measured with the {ENGINE_TRANSPORT} transport.", "",
              "One row per stored point: the client's figures against llama-server's own.", "",
              "| api | config | C | requests | tokens client / server counters | usage = predicted_n | "
              "tok/s client | tok/s counters | ratio | acceptance timings / counters |",

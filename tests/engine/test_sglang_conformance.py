@@ -53,7 +53,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import run_docs
+from conftest import ENGINE_TRANSPORT, run_docs
 
 pytestmark = pytest.mark.skipif(os.environ.get("FINDINGS_ENGINE") != "1",
                                 reason="the real SGLang engine tier: run `make test-engine`")
@@ -73,6 +73,7 @@ def _env_table(extra: dict[str, str] | None = None) -> str:
 
 MATRIX = f"""
 [defaults]
+transport = "{ENGINE_TRANSPORT}"
 concurrency = {list(CONCURRENCY)}
 warmup = 2
 health_timeout_s = 1800
@@ -163,7 +164,7 @@ def _ratio(m: dict[str, float]) -> float:
 
 
 def _write_summary(points: Points) -> None:
-    lines = ["# SGLang conformance (make test-engine)", "",
+    lines = ["# SGLang conformance (make test-engine)", "", f"Measured with the {ENGINE_TRANSPORT} transport.", "",
              "| campaign | config | C | tokens client / counters | tok/s client | tok/s counters | ratio | "
              "accept length ours | accept length counters | batch p90 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (camp, config, c), p in sorted(points.items()):

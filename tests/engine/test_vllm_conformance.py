@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from conftest import run_docs
+from conftest import ENGINE_TRANSPORT, run_docs
 
 pytestmark = pytest.mark.skipif(os.environ.get("FINDINGS_ENGINE") != "1",
                                 reason="the real vLLM engine tier: run `make test-engine`")
@@ -57,6 +57,7 @@ SUMMARY = ROOT / "build" / "engine" / "vllm-conformance.md"
 
 MATRIX = f"""
 [defaults]
+transport = "{ENGINE_TRANSPORT}"
 api = "openai-completions"
 concurrency = {list(CONCURRENCY)}
 warmup = 2
@@ -111,7 +112,7 @@ def _ratio(m: dict[str, float]) -> float:
 
 
 def _write_summary(points: Points) -> None:
-    lines = ["# vLLM conformance (make test-engine)", "",
+    lines = ["# vLLM conformance (make test-engine)", "", f"Measured with the {ENGINE_TRANSPORT} transport.", "",
              "| config | C | tokens client / counters | tok/s client | tok/s counters | ratio | drafted | "
              "accepted | accept length | batch p90 |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (config, c), p in sorted(points.items()):

@@ -63,6 +63,14 @@ input_len = 32
 output_len = {OUTPUT_LEN}
 num_prompts = {PROMPTS}
 
+# The same prompts through the chat API: a workload of its own, since the
+# API is part of a workload's definition (a name keeps one, issue 26).
+[workloads.tiny-random-chat]
+prompts = "diverse"
+input_len = 32
+output_len = {OUTPUT_LEN}
+num_prompts = {PROMPTS}
+
 [configs.baseline]
 launch = "{{python}} tools/llama_serve.py {{port}} none"
 
@@ -76,11 +84,13 @@ launch = "{{python}} tools/llama_serve.py {{port}} self"
 name = "conformance-openai-completions"
 api = "openai-completions"
 configs = {list(CONFIGS)}
+workloads = ["tiny-random"]
 
 [[campaigns]]
 name = "conformance-openai-chat"
 api = "openai-chat"
 configs = {list(CONFIGS)}
+workloads = ["tiny-random-chat"]
 """
 
 Points = dict[tuple[str, str, int], dict[str, Any]]

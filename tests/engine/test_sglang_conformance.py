@@ -91,6 +91,14 @@ input_len = 32
 output_len = {OUTPUT_LEN}
 num_prompts = {PROMPTS}
 
+# The same prompts through the chat API: a workload of its own, since the
+# API is part of a workload's definition (a name keeps one, issue 26).
+[workloads.text-chat]
+prompts = "diverse"
+input_len = 32
+output_len = {OUTPUT_LEN}
+num_prompts = {PROMPTS}
+
 [configs.baseline]
 launch = "{{python}} tools/sglang_serve.py {{port}} none --model random"
 env = {_env_table()}
@@ -119,7 +127,7 @@ workloads = ["text"]
 name = "sglang-openai-chat"
 api = "openai-chat"
 configs = ["baseline", "eagle3"]
-workloads = ["text"]
+workloads = ["text-chat"]
 """
 
 Points = dict[tuple[str, str, int], dict[str, Any]]

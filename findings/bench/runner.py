@@ -415,7 +415,7 @@ def client_bound_note(label: str, point: Point, gates: Gates, workers: int, cpus
     (one stays for the parent), the raw transport where another read the
     streams (D125), else a client machine with more cores. None for a point
     that is not client-bound."""
-    bound = [r.replace(": client-bound", "") for r in validity.reasons(point, {}, gates) if "client-bound" in r]
+    bound = [r.replace(": client-bound", "") for r in validity.client_bound(point.metrics, gates)]
     if not bound:
         return None
     fixes = []

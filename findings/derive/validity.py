@@ -161,10 +161,12 @@ def _count_reasons(n: Counts, gates: Gates) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _reasons(p: Point, spec: bool | None, gates: Gates, n: Counts) -> tuple[str, ...]:
-    """``reasons``, with the config's ``speculative(facts)`` known."""
-    m = p.metrics
-    out = list(_count_reasons(n, gates))
+def client_bound(m: Mapping[str, float], gates: Gates) -> tuple[str, ...]:
+    """The gates that say the client, not the server, was the limit (its
+    loop lag, its CPU, its lateness against an open loop's schedule, the
+    share of the schedule it sent), each reason saying "client-bound": part
+    of ``reasons``, and what the bench warns of after a point."""
+    out: list[str] = []
     lag = m.get("client_loop_lag_p99_ms")
     if lag is not None and lag > gates.max_client_lag_ms:
         out.append(f"client event-loop lag p99 {lag:.1f} ms > {gates.max_client_lag_ms:g} ms: client-bound")
@@ -182,6 +184,13 @@ def _reasons(p: Point, spec: bool | None, gates: Gates, n: Counts) -> tuple[str,
     if achieved is not None and offered and achieved < gates.min_achieved_share * offered:
         out.append(f"sent {achieved:.3g} requests/s of the schedule's {offered:.3g} "
                    f"({achieved / offered:.0%}, limit {gates.min_achieved_share:.0%}): client-bound")
+    return tuple(out)
+
+
+def _reasons(p: Point, spec: bool | None, gates: Gates, n: Counts) -> tuple[str, ...]:
+    """``reasons``, with the config's ``speculative(facts)`` known."""
+    m = p.metrics
+    out = [*_count_reasons(n, gates), *client_bound(m, gates)]
     has_accept = any(k in m for k in ACCEPT_KEYS)
     # A schedule that stops drafting at this batch size (vLLM's per-batch-size
     # K = 0) reports its counters with zero drafts: no acceptance, and no contradiction.

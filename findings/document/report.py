@@ -94,10 +94,6 @@ class Labels:
         #: The point ids the document cites, for an appendix of only those.
         self.cited: set[str] = set()
 
-    def cited_points(self, points: Mapping[str, Point]) -> list[Point]:
-        """The cited points (``points``: by id), in document order."""
-        return [points[i] for i in sorted(self.cited, key=self.place.__getitem__)]
-
     def in_order(self, ids: Iterable[str], points: Mapping[str, Point]) -> list[Point]:
         """The points of ``ids`` that are in the document (``points``: by id), in document order."""
         place = self.place
@@ -678,7 +674,7 @@ def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, 
               n_of: Mapping[str, Counts], points: Mapping[str, Point]) -> Table:
     runs = {r.run_id: r for r in data.runs}
     rows = []
-    for p in labels.cited_points(points) if only_cited else labels.points:
+    for p in labels.in_order(labels.cited, points) if only_cited else labels.points:
         run = runs.get(p.run_id)
         src = (run.source_file if run and run.source_file else p.source)
         where = f"{src}:{p.source_line}" if p.source_line is not None else str(src)

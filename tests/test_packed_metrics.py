@@ -104,3 +104,64 @@ def test_equal_looking_facts_of_other_types_are_not_shared(tmp_path: Path) -> No
         got = store_mod.read_run(path)
         for read in (got.environment["x"], got.configs["baseline"]["x"], got.points[0].workload_params["flag"]):
             assert type(read) is type(v) and repr(read) == repr(v), (v, read)
+
+
+def test_the_gates_in_columns_judge_every_point_as_one_by_one(monkeypatch) -> None:
+    """validity.assess reads the packed metrics in chunks (model.PACK_ROWS)
+    and picks out each layout in a pass of its own (FEW_LAYOUTS) or by a
+    sort (more): whatever the chunking and the layouts, every point's flags
+    and counts are those of ``reasons`` and ``counts`` point by point."""
+    import random
+
+    from findings.core import model
+    from findings.core.model import Dataset
+    from findings.derive.validity import Gates, assess, counts, reasons
+
+    rng = random.Random(7)
+    extra = [f"x_{i}" for i in range(12)]
+    points = []
+    for i in range(400):
+        layout = i % 11  # eleven layouts of the same names throughout: more than FEW_LAYOUTS
+        m: dict[str, float] = {THROUGHPUT: 100.0 + i, "client_loop_lag_p99_ms": rng.choice([1.0, 1.0, 500.0])}
+        for name in extra[:layout]:
+            m[name] = float(i)
+        if layout % 2:
+            planned = 32.0
+            failed = float(rng.choice([0, 0, 0, 1, 5, 32]))
+            m.update(planned=planned, failed=failed, completed=planned - failed)
+        if layout % 3 == 0:
+            m.update(offered_rate_req_s=10.0, achieved_rate_req_s=rng.choice([9.9, 2.0, 0.0]))
+        if layout % 5 == 0:
+            m["accept_length"] = 2.5
+        packed = Metrics.of(dict(sorted(m.items())))
+        point = Point(id=f"r{i // 4}/{i % 4}", run_id=f"r{i // 4}", campaign="c1", config=rng.choice(["base", "spec"]),
+                      workload="w", concurrency=1 + i % 5, metrics=dict(m) if i % 19 == 0 else packed,
+                      source="runner", source_file=None, source_line=None)
+        points.append(point)
+    configs = {"base": {"speculative_algorithm": "none"}, "spec": {"speculative_algorithm": "EAGLE3"}}
+    gates = Gates()
+
+    def judged(pts: list[Point]) -> tuple[dict[str, tuple[str, ...]], dict[str, object]]:
+        data = Dataset(runs=(), points=tuple(pts), campaigns=(model.Campaign(name="c1", date="2026-01-01"),),
+                       configs=configs)
+        return assess(data, gates)
+
+    def one_by_one(pts: list[Point]) -> tuple[dict[str, tuple[str, ...]], dict[str, object]]:
+        flags = {p.id: why for p in pts if (why := reasons(p, configs[p.config], gates))}
+        return flags, {p.id: counts(p) for p in pts}
+
+    cases = {
+        "mixed": points,
+        "packed only": [p for p in points if type(p.metrics) is Metrics],
+        "few layouts": [p for p in points if type(p.metrics) is Metrics and int(p.metrics[THROUGHPUT]) % 11 in (1, 3, 6)],
+        "one layout": [p for p in points if type(p.metrics) is Metrics and int(p.metrics[THROUGHPUT]) % 11 == 1],
+    }
+    for rows in (1, 3, 64, model.PACK_ROWS):
+        monkeypatch.setattr(model, "PACK_ROWS", rows)
+        for name, pts in cases.items():
+            assert pts, name
+            flags, every = judged(pts)
+            expected_flags, expected_counts = one_by_one(pts)
+            assert flags == expected_flags, (name, rows)
+            assert every == expected_counts, (name, rows)
+    assert judged(points)[0], "some points fail a gate"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from itertools import groupby
+from itertools import compress, groupby
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 #: Where a point came from. Simulated points are never pooled with real ones.
 SOURCES = ("import", "runner", "simulated")
@@ -80,28 +80,59 @@ class Metrics(Mapping[str, float]):
         return (_metrics, (keys, self._values.tobytes()))
 
 
+#: Rows packed at a time (``packed_tables``): a chunk of doubles, not the
+#: whole store's, is held at once (issue 38: the gates' peak memory).
+PACK_ROWS = 1 << 13
+#: Up to this many layouts, each is picked out in a pass of its own (no sort).
+FEW_LAYOUTS = 8
+
+
 def packed_tables(metrics: Sequence[Mapping[str, float]]) -> tuple[
-        list[tuple[Mapping[str, int], list[int], bytes]], list[int]]:
+        list[tuple[Mapping[str, int], Sequence[int], Iterator[bytes]]], list[int]]:
     """``metrics`` grouped by layout, for reading in columns: per layout
     (``Metrics.index``) the positions that have it, ascending, and their
-    values packed row after row; then the positions of metrics not packed
-    (a dict). Iterated at C speed: no Python step per point."""
+    values packed row after row, in chunks of at most ``PACK_ROWS`` rows
+    (made as they are read, so that one chunk is held at a time); then the
+    positions of metrics not packed (a dict). Iterated at C speed: no
+    Python step per point. A store of one layout (the usual one) needs no
+    grouping: its positions are a ``range``."""
     types = set(map(type, metrics))
+    indexes = attrgetter("_index")
     if types == {Metrics}:
-        where = list(range(len(metrics)))
+        layouts = set(map(id, map(indexes, metrics)))
+        if len(layouts) <= 1:
+            whole = range(len(metrics))
+            return ([(metrics[0]._index, whole, _packed(metrics))]  # type: ignore[attr-defined]
+                    if metrics else []), []
         loose: list[int] = []
+        if len(layouts) <= FEW_LAYOUTS:
+            # One pass at C speed per layout, with no list of every point's layout.
+            out: list[tuple[Mapping[str, int], Sequence[int], Iterator[bytes]]] = []  # the sort's too
+            ids = list(map(id, map(indexes, metrics)))
+            for layout in sorted(layouts):
+                mine = list(compress(range(len(metrics)), map(layout.__eq__, ids)))
+                rows = list(map(metrics.__getitem__, mine))
+                out.append((rows[0]._index, mine, _packed(rows)))  # type: ignore[attr-defined]
+            return out, loose
+        where: Sequence[int] = range(len(metrics))
+        of: Callable[[int], int] = list(map(id, map(indexes, metrics))).__getitem__
     else:
         where = [i for i, m in enumerate(metrics) if type(m) is Metrics]
         loose = [i for i, m in enumerate(metrics) if type(m) is not Metrics]
-    layout = list(map(id, map(attrgetter("_index"), map(metrics.__getitem__, where))))
-    by = dict(zip(where, layout))
+        of = dict(zip(where, map(id, map(indexes, map(metrics.__getitem__, where))))).__getitem__
     out = []
-    for _, run in groupby(sorted(where, key=by.__getitem__), key=by.__getitem__):
+    for _, run in groupby(sorted(where, key=of), key=of):
         mine = list(run)
         rows = list(map(metrics.__getitem__, mine))
-        out.append((rows[0]._index,  # type: ignore[attr-defined]
-                    mine, b"".join(map(attrgetter("_values"), rows))))
+        out.append((rows[0]._index, mine, _packed(rows)))  # type: ignore[attr-defined]
     return out, loose
+
+
+def _packed(rows: Sequence[Mapping[str, float]]) -> Iterator[bytes]:
+    """The rows' values (``Metrics``), packed ``PACK_ROWS`` rows at a time."""
+    values = attrgetter("_values")
+    for start in range(0, len(rows), PACK_ROWS):
+        yield b"".join(map(values, rows[start:start + PACK_ROWS]))
 
 
 def _index_of(keys: tuple[str, ...]) -> dict[str, int]:

@@ -20,7 +20,7 @@ import functools
 import math
 import random
 import zlib
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 # The time-window series of one run moved to findings/core/series.py (the
 # store writes it with the run, D109); its names stay importable from here.
@@ -121,37 +121,53 @@ def ratio_bounds(a: Sequence[float], b: Sequence[float]) -> tuple[float, float] 
     return (min(a) / max(b) * (1 - 1e-9), max(a) / min(b) * (1 + 1e-9))
 
 
-def table_rows(packed: bytes, width: int, above: Sequence[tuple[int, float]],
+def table_rows(packed: Iterable[bytes], width: int, above: Sequence[tuple[int, float]],
                short: Sequence[tuple[int, int, float]],
                distinct: Sequence[int]) -> tuple[list[int], list[tuple[float, ...]], list[int]]:
     """A table of doubles (``packed``: rows of ``width`` values in native
-    order, as ``array('d')`` holds them), read in columns at C speed (the
-    validity gates, findings/derive/validity.py):
+    order, as ``array('d')`` holds them, in chunks of whole rows), read in
+    columns at C speed (the validity gates, findings/derive/validity.py):
 
     - the rows where any ``above`` column ``(i, limit)`` holds a value over
       its limit, or any ``short`` pair ``(i, j, share)`` holds
       ``x[i] < share * x[j]`` with ``x[j] != 0`` (NaN is over no limit and
       short of nothing, as in Python);
     - the distinct rows of the ``distinct`` columns, and each row's place
-      among them (none without columns)."""
+      among them (none without columns).
+
+    Chunk by chunk: only the ``distinct`` columns of every row are held at
+    once, not the whole table (issue 38: a million rows of 31 doubles are
+    250 MB)."""
     import numpy as np
 
-    table = np.frombuffer(packed, dtype=np.float64).reshape(-1, width)
-    hit = np.zeros(len(table), dtype=bool)
-    for i, limit in above:
-        hit |= table[:, i] > limit
-    for i, j, share in short:
-        hit |= (table[:, j] != 0) & (table[:, i] < share * table[:, j])
-    if not distinct:
-        return np.flatnonzero(hit).tolist(), [], []
-    keys = table[:, list(distinct)]
+    hits: list[Any] = []
+    kept: list[Any] = []
+    cols = list(distinct)
+    for chunk in packed:
+        table = np.frombuffer(chunk, dtype=np.float64).reshape(-1, width)
+        hit = np.zeros(len(table), dtype=bool)
+        for i, limit in above:
+            hit |= table[:, i] > limit
+        for i, j, share in short:
+            hit |= (table[:, j] != 0) & (table[:, i] < share * table[:, j])
+        hits.append(hit)
+        if cols:
+            kept.append(table[:, cols])  # a copy: the chunk is freed
+        del table
+    if not hits:
+        return [], [], []
+    rows = np.flatnonzero(np.concatenate(hits)).tolist()
+    if not cols:
+        return rows, [], []
+    keys = np.concatenate(kept)
+    del kept
     order = np.lexsort(keys.T[::-1])
     ranked = keys[order]
     first = np.ones(len(ranked), dtype=bool)
     first[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
     inverse = np.empty(len(ranked), dtype=np.intp)
     inverse[order] = np.cumsum(first) - 1
-    return (np.flatnonzero(hit).tolist(), [tuple(row) for row in ranked[first].tolist()], inverse.tolist())
+    return rows, [tuple(row) for row in ranked[first].tolist()], inverse.tolist()
 
 
 def group_runs(codes: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:

@@ -40,8 +40,7 @@ CACHE_ROOT="${FINDINGS_SGLANG_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/findings/sg
 PYTHON="${PYTHON:-python3.11}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-# FINDINGS_CPUINFO: another cpuinfo file to read the CPU's flags from (tests/test_sglang_tools.py).
-flags="$(grep -m1 -E '^(flags|Features)' "${FINDINGS_CPUINFO:-/proc/cpuinfo}" 2>/dev/null || echo unknown)"
+flags="$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo 2>/dev/null || echo unknown)"
 cpu="$(uname -m)-$(printf '%s' "$flags" | sha256sum | cut -c1-12)"
 # A CPU without AVX512-BF16 (every AMX CPU has it) needs the portable kernel
 # (tools/sglang_cpu_shim.py --portable); FINDINGS_SGLANG_PORTABLE=1 forces it.
@@ -83,12 +82,6 @@ if ! ls "$kdir"/*.whl >/dev/null 2>&1; then
     if [[ -f "$cand/pyproject_cpu.toml" && -d "$cand/csrc/cpu" ]]; then aot="$cand"; break; fi
   done
   [[ -n "$aot" ]] || die "SGLANG_SRC=$SGLANG_SRC holds no python/sglang/kernels/aot (with pyproject_cpu.toml and csrc/cpu)"
-  # The x86 kernel sources call AVX-512 intrinsics, --portable ones included
-  # (-march=native on a CPU without AVX-512 fails to compile them, after
-  # minutes of building): say so before anything is downloaded.
-  if [[ "$(uname -m)" == x86_64 ]] && ! grep -qw avx512f <<<"$flags"; then
-    die "this CPU has no AVX-512 (no avx512f among its flags): SGLang's CPU kernel cannot be built on it, even portable; build and run it on an x86 machine with AVX-512"
-  fi
 fi
 
 if ! ldconfig -p 2>/dev/null | grep -q 'libnuma\.so\b' || ! command -v numactl >/dev/null; then

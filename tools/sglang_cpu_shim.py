@@ -28,8 +28,9 @@ cannot run ("could not generate a kernel", or an illegal instruction). So:
   (guarded by CPU_CAPABILITY_AVX512, which needs AVX512-BF16 and AMX) give way to
   its portable ones, as on Arm;
 - the x86-only sources (MoE, int8/int4/fp8 GEMM, fused QKV: AMX code a Llama
-  never calls) keep their AVX512-BF16/AMX flags, so that every operator the
-  registry names is defined: compiled, never run on such a CPU;
+  never calls) keep their AVX512-BF16/AMX flags, with AVX-512's base flags
+  for a CPU that has no AVX-512 at all (``X86_ONLY_FLAGS``), so that every
+  operator the registry names is defined: compiled, never run on such a CPU;
 - every ``at::native::cpublas::brgemm`` call in the attention kernels
   (``extend.cpp``, ``decode.cpp``) goes through ``findings_brgemm``, which calls
   oneDNN where the CPU has AVX512-BF16 (every AMX CPU has it), and otherwise multiplies the
@@ -153,6 +154,14 @@ def shim_extension(src: str) -> str:
     return head + tail
 
 
+#: The x86-only sources' flags in a portable build: their own AVX512-BF16/AMX
+#: flags, and AVX-512's base (F, DQ, BW, VL), which ``-march=native`` does not
+#: give on a CPU without AVX-512 (an AVX2-only EPYC: their intrinsics and
+#: torch's vec512 headers then fail to compile, "target specific option
+#: mismatch"; D152). Compiled, never run: a Llama calls none of them.
+X86_ONLY_FLAGS = "-mavx512f;-mavx512dq;-mavx512bw;-mavx512vl;-mavx512bf16;-mavx512vnni;-mamx-tile;-mamx-bf16;-mamx-int8"
+
+
 def portable(cpu: Path) -> list[str]:
     """Edits for a CPU without AVX512-BF16 and AMX (see the module's doc)."""
     done = []
@@ -161,12 +170,13 @@ def portable(cpu: Path) -> list[str]:
     if "findings portable" not in text:
         text = _sub_once(text, r"-march=x86-64-v4\s+-mavx512bf16\s+-mavx512vnni\s+-mamx-tile\s+-mamx-bf16\s+-mamx-int8",
                          "-march=native  # findings portable: no AVX512-BF16/AMX flags", "x86 compile flags")
-        # The x86-only sources (AMX code a Llama never calls) keep their ISA flags, so that
-        # every operator the registry names is defined; they are compiled, never run here.
+        # The x86-only sources (AMX code a Llama never calls) keep their ISA flags, with
+        # AVX-512's base for a CPU without it, so that every operator the registry names
+        # is defined; they are compiled, never run here.
         text = _sub_once(text, r"(\nif\(CMAKE_SYSTEM_PROCESSOR MATCHES \"aarch64\|arm64\"\)\n\s+add_compile_definitions\(SGLANG_CPU_ARM64_SKIP_X86_ONLY_OPS\))",
                          "\nif(NOT CMAKE_SYSTEM_PROCESSOR MATCHES \"aarch64|arm64\")  # findings portable\n"
                          "    set_source_files_properties(${SGLANG_CPU_X86_ONLY_SOURCES} PROPERTIES COMPILE_OPTIONS "
-                         "\"-mavx512bf16;-mavx512vnni;-mamx-tile;-mamx-bf16;-mamx-int8\")\nendif()\\1",
+                         "\"" + X86_ONLY_FLAGS + "\")\nendif()\\1",
                          "x86-only sources")
         cmake.write_text(text)
         done.append("portable: -march=native; the x86-only (AMX) sources keep their flags, unused")

@@ -136,7 +136,7 @@ Points = dict[tuple[str, str, int], dict[str, Any]]
 def _sglang_python() -> str:
     r = subprocess.run(["bash", str(ROOT / "tools" / "get_sglang_cpu.sh")], capture_output=True, text=True)
     if r.returncode != 0:
-        if "SGLANG_SRC is unset" in r.stderr or "has no AVX-512" in r.stderr:
+        if "SGLANG_SRC is unset" in r.stderr:
             pytest.skip(r.stderr.strip().splitlines()[-1])
         raise AssertionError(r.stderr[-3000:])
     return r.stdout.strip()

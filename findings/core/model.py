@@ -98,34 +98,32 @@ def packed_tables(metrics: Sequence[Mapping[str, float]]) -> tuple[
     grouping: its positions are a ``range``."""
     types = set(map(type, metrics))
     indexes = attrgetter("_index")
+    groups: list[list[int]]
     if types == {Metrics}:
         layouts = set(map(id, map(indexes, metrics)))
         if len(layouts) <= 1:
-            whole = range(len(metrics))
-            return ([(metrics[0]._index, whole, _packed(metrics))]  # type: ignore[attr-defined]
+            return ([(metrics[0]._index, range(len(metrics)), _packed(metrics))]  # type: ignore[attr-defined]
                     if metrics else []), []
         loose: list[int] = []
-        if len(layouts) <= FEW_LAYOUTS:
-            # One pass at C speed per layout, with no list of every point's layout.
-            out: list[tuple[Mapping[str, int], Sequence[int], Iterator[bytes]]] = []  # the sort's too
-            ids = list(map(id, map(indexes, metrics)))
-            for layout in sorted(layouts):
-                mine = list(compress(range(len(metrics)), map(layout.__eq__, ids)))
-                rows = list(map(metrics.__getitem__, mine))
-                out.append((rows[0]._index, mine, _packed(rows)))  # type: ignore[attr-defined]
-            return out, loose
-        where: Sequence[int] = range(len(metrics))
-        of: Callable[[int], int] = list(map(id, map(indexes, metrics))).__getitem__
+        ids = list(map(id, map(indexes, metrics)))
+        if len(layouts) <= FEW_LAYOUTS:  # a pass at C speed per layout: no sort, no key list
+            groups = [list(compress(range(len(metrics)), map(layout.__eq__, ids))) for layout in sorted(layouts)]
+        else:
+            groups = _grouped(range(len(metrics)), ids.__getitem__)
     else:
         where = [i for i, m in enumerate(metrics) if type(m) is Metrics]
         loose = [i for i, m in enumerate(metrics) if type(m) is not Metrics]
-        of = dict(zip(where, map(id, map(indexes, map(metrics.__getitem__, where))))).__getitem__
-    out = []
-    for _, run in groupby(sorted(where, key=of), key=of):
-        mine = list(run)
+        groups = _grouped(where, dict(zip(where, map(id, map(indexes, map(metrics.__getitem__, where))))).__getitem__)
+    out: list[tuple[Mapping[str, int], Sequence[int], Iterator[bytes]]] = []
+    for mine in groups:
         rows = list(map(metrics.__getitem__, mine))
         out.append((rows[0]._index, mine, _packed(rows)))  # type: ignore[attr-defined]
     return out, loose
+
+
+def _grouped(where: Sequence[int], layout_of: Callable[[int], int]) -> list[list[int]]:
+    """The positions ``where``, grouped by their layout, in the layouts' order."""
+    return [list(run) for _, run in groupby(sorted(where, key=layout_of), key=layout_of)]
 
 
 def _packed(rows: Sequence[Mapping[str, float]]) -> Iterator[bytes]:

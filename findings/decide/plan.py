@@ -31,7 +31,7 @@ import math
 import os
 from dataclasses import dataclass, replace
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from findings.derive import regressions
 from findings.derive.analysis import SIMULATED_SUFFIX, TIE, Candidate, Cell, Comparison, Rules, Table
@@ -124,13 +124,48 @@ def _bracket(cand: Candidate) -> tuple[int, int] | None:
 
 def _cv(cells: Sequence[Cell]) -> float | None:
     """The pooled relative standard deviation of the repeats in ``cells``."""
-    num, dof = 0.0, 0
+    return _pooled([_terms(cells)])
+
+
+#: Each cell of repeats' share of a pooled variance (in the cells' order), and their degrees of freedom.
+Terms = tuple[list[float], int]
+
+
+def _terms(cells: Iterable[Cell]) -> Terms:
+    terms, dof = [], 0
     for c in cells:
         if c.n >= 2 and c.mean > 0:
             var = sum((v - c.mean) ** 2 for v in c.values) / (c.n - 1)
-            num += var / c.mean ** 2 * (c.n - 1)
+            terms.append(var / c.mean ** 2 * (c.n - 1))
             dof += c.n - 1
+    return terms, dof
+
+
+def _pooled(parts: Sequence[Terms]) -> float | None:
+    """The relative standard deviation pooled over ``parts``, the terms added
+    one by one in order (the same bits as one pass over the cells)."""
+    num, dof = 0.0, 0
+    for terms, d in parts:
+        for t in terms:
+            num += t
+        dof += d
     return math.sqrt(num / dof) if dof else None
+
+
+class _Spread:
+    """A table's ``_terms`` per (config, C), each found once: every candidate
+    of a workload pools its own repeats with the baseline's, across every
+    campaign (issue 38: thousands of campaigns)."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self._found: dict[tuple[str, int], Terms] = {}
+
+    def __call__(self, config: str, conc: int) -> Terms:
+        found = self._found.get((config, conc))
+        if found is None:
+            found = self._found[(config, conc)] = _terms(self.table.cells_of(config, conc).values())
+        return found
 
 
 def repeats_needed(cv: float, margin: float, confidence: float) -> int:
@@ -143,9 +178,10 @@ def repeats_needed(cv: float, margin: float, confidence: float) -> int:
     return max(2, min(MAX_REPEATS, n))
 
 
-def _noise(table: Table, config: str, baseline: str, conc: int, rules: Rules) -> tuple[float, str]:
-    cells = list(table.cells_of(config, conc).values()) + list(table.cells_of(baseline, conc).values())
-    cv = _cv(cells)
+def _noise(table: Table, config: str, baseline: str, conc: int, rules: Rules,
+           spread: _Spread | None = None) -> tuple[float, str]:
+    spread = _Spread(table) if spread is None else spread
+    cv = _pooled([spread(config, conc), spread(baseline, conc)])
     if cv is not None:
         return cv, f"the observed spread of the repeats ({cv * 100:.1f}%)"
     drift = table.drift.get(conc, 0.0)
@@ -154,7 +190,8 @@ def _noise(table: Table, config: str, baseline: str, conc: int, rules: Rules) ->
     return rules.noise_floor / 2, f"half the noise floor ({rules.noise_floor * 50:.1f}%; no repeats recorded)"
 
 
-def _undecided(cand: Candidate, table: Table, rules: Rules) -> tuple[list[int], list[str], int]:
+def _undecided(cand: Candidate, table: Table, rules: Rules,
+               spread: _Spread | None = None) -> tuple[list[int], list[str], int]:
     concs: list[int] = []
     why: list[str] = []
     repeats = 2
@@ -181,7 +218,7 @@ def _undecided(cand: Candidate, table: Table, rules: Rules) -> tuple[list[int], 
             margin = abs(abs(x.delta) - x.band)
         if reason is None:
             continue
-        cv, source = _noise(table, cand.config, rules.baseline, comp.concurrency, rules)
+        cv, source = _noise(table, cand.config, rules.baseline, comp.concurrency, rules, spread)
         n = repeats_needed(cv, margin, rules.confidence)
         repeats = max(repeats, n)
         concs.append(comp.concurrency)
@@ -198,6 +235,7 @@ def questions(data: Dataset, rules: Rules, done: regressions.Concluded) -> list[
         if not wc.baseline_measured:
             continue
         table = done.tables[wc.workload]
+        spread = _Spread(table)
         base_cs = [c for c in table.concurrencies if table.cells_of(base, c)]
         best = {b.config for b in (wc.latency, wc.throughput) if b is not None} | \
                {b.lead.b.config for b in (wc.latency, wc.throughput) if b is not None and b.lead is not None}
@@ -219,7 +257,7 @@ def questions(data: Dataset, rules: Rules, done: regressions.Concluded) -> list[
                                     f"the baseline near C≈{x.estimate:.1f}, between {x.low:.1f} and {x.high:.1f}"
                                     f"{gap}", (base, cand.config), priority=0))
                 covered.update(cs)
-            concs, why, n = _undecided(cand, table, rules)
+            concs, why, n = _undecided(cand, table, rules, spread)
             if concs:
                 out.append(Question(wc.workload, cand.config, "undecided", tuple(concs), n, "; ".join(why),
                                     (base, cand.config)))

@@ -39,18 +39,21 @@ positional port number as well).
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import math
+import operator
 import shlex
 import types
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from findings.core import fmt
 from findings.derive.analysis import (Cell, Conclusions, Rules, Table, WorkloadConclusion, cells, conclude_tables,
                                       workload_tables)
 from findings.core.model import Dataset, Scalar
-from findings.derive.stats import ratio_bounds, ratio_ci
+from findings.derive.stats import Steps, ratio_bounds, ratio_ci, step_pairs
 
 REGRESSION, IMPROVEMENT, DRIFT, SUSPECT = "regression", "improvement", "drift", "suspect"
 
@@ -321,7 +324,175 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
           rules: Rules) -> list[Move]:
     """Every move of every config beyond its own band, steps and drift, in
     (workload, config, rank) order. ``facts_of(config, campaign)``: the
-    config's facts in that campaign."""
+    config's facts in that campaign.
+
+    In columns (issue 38): every cell set against its series' previous
+    campaign at C speed (stats.step_pairs); Python only walks the pairs that
+    moved beyond the band, and those after a suspect move (set against the
+    level before it). ``_moves_pairwise`` is the same, pair by pair: what
+    non-finite values take, and what the tests hold this to."""
+    cells_ = all_cells if isinstance(all_cells, list) else list(all_cells)
+    steps = _steps(cells_, rules.noise_floor) if cells_ else None
+    if steps is None:
+        return _moves_pairwise(cells_, facts_of, rules)
+    return _moves_stepped(cells_, steps, facts_of, rules)
+
+
+_WORKLOAD, _CONFIG, _RANK, _CONC, _MEAN, _LO, _HI, _N = (
+    operator.attrgetter(name) for name in ("workload", "config", "rank", "concurrency", "mean", "lo", "hi", "n"))
+
+
+def _codes(column: list[str]) -> tuple[list[int], int]:
+    """Each value's place among the column's distinct values, in sort order; how many there are."""
+    code = {v: i for i, v in enumerate(sorted(set(column)))}
+    return list(map(code.__getitem__, column)), len(code)
+
+
+def _steps(cells_: list[Cell], floor: float) -> Steps | None:
+    """The cells as series of (workload, config), paired campaign after campaign (stats.step_pairs)."""
+    workloads, nw = _codes(list(map(_WORKLOAD, cells_)))
+    configs, nc = _codes(list(map(_CONFIG, cells_)))
+    series = [w * nc + c for w, c in zip(workloads, configs)]  # (workload, config) order, as sorted tuples
+    return step_pairs(series, list(map(_RANK, cells_)), list(map(_CONC, cells_)), list(map(_MEAN, cells_)),
+                      list(map(_LO, cells_)), list(map(_HI, cells_)), list(map(_N, cells_)), floor,
+                      far=SUSPECT_RATIO)
+
+
+class _Group(Mapping[int, Cell]):
+    """One campaign's cells of one series by C, made when first read (most
+    moves never read the cells before or after them)."""
+
+    __slots__ = ("_cells", "_order", "_lo", "_hi", "_by_c")
+
+    def __init__(self, cells_: list[Cell], order: list[int], lo: int, hi: int) -> None:
+        self._cells, self._order, self._lo, self._hi = cells_, order, lo, hi
+        self._by_c: dict[int, Cell] | None = None
+
+    def _map(self) -> dict[int, Cell]:
+        if self._by_c is None:
+            cells_, order = self._cells, self._order
+            self._by_c = {cell.concurrency: cell for cell in (cells_[order[i]] for i in range(self._lo, self._hi))}
+        return self._by_c
+
+    def __getitem__(self, c: int) -> Cell:
+        return self._map()[c]
+
+    def __contains__(self, c: object) -> bool:
+        return c in self._map()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._map())
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+
+def _measure(old: Mapping[int, Cell], new: Mapping[int, Cell], rules: Rules,
+             bootstrap: bool) -> list[tuple[int, float, float, bool]]:
+    """At every C both measured: the ratio, the band (``_band``, inlined: a
+    million cells), and whether it is beyond the band (the bootstrap only
+    ever takes one back)."""
+    floor = rules.noise_floor
+    measured: list[tuple[int, float, float, bool]] = []
+    for c in sorted(old.keys() & new.keys()):
+        o, n = old[c], new[c]
+        ratio = n.mean / o.mean
+        band = max(floor, o.spread, n.spread)
+        beyond = abs(ratio - 1) > band
+        if beyond and bootstrap and o.n >= 2 and n.n >= 2:
+            beyond = _interval_beyond(o, n, rules)
+        measured.append((c, ratio, band, beyond))
+    return measured
+
+
+def _moves_stepped(cells_: list[Cell], steps: Steps, facts_of: Callable[[str, str], Mapping[str, Scalar]],
+                   rules: Rules) -> list[Move]:
+    """``moves`` from the pairs stats.step_pairs found."""
+    order, starts, gseries, partner = steps.order, steps.starts, steps.series, steps.partner
+    ratio, band, beyond, moved = steps.ratio, steps.band, steps.beyond, steps.moved
+    paired, down, up, below, far, repeated = steps.paired, steps.down, steps.up, steps.below, steps.far, steps.repeated
+    candidates = list(itertools.compress(range(len(gseries)), moved))
+    between = FactsBetween(facts_of)
+    bootstrap = rules.interval != "band"
+    out: list[Move] = []
+
+    def first(g: int) -> Cell:
+        return cells_[order[starts[g]]]
+
+    def direct(q: int) -> tuple[list[tuple[int, float, float, bool]], list[Cell]]:
+        """Group q set against the group before it, from the pairs found in
+        columns; and its cells at those C."""
+        lo, hi = starts[q], starts[q + 1]
+        if paired[q] == hi - lo and not (bootstrap and repeated[q]):  # every C paired, as found: sliced
+            news = list(map(cells_.__getitem__, order[lo:hi]))
+            return list(zip(map(_CONC, news), ratio[lo:hi], band[lo:hi], beyond[lo:hi])), news
+        measured, news = [], []
+        for pos in range(lo, hi):
+            o = partner[pos]
+            if o < 0:
+                continue
+            new = cells_[order[pos]]
+            b = beyond[pos]
+            if b and bootstrap and new.n >= 2:
+                old = cells_[order[o]]
+                if old.n >= 2:
+                    b = _interval_beyond(old, new, rules)
+            measured.append((new.concurrency, ratio[pos], band[pos], b))
+            news.append(new)
+        return measured, news
+
+    def group(g: int) -> _Group:
+        return _Group(cells_, order, starts[g], starts[g + 1])
+
+    g, total = 0, len(gseries)
+    while g < total:
+        end = bisect.bisect_right(gseries, gseries[g], g)  # the series' groups: g .. end - 1
+        head = first(g)
+        workload, config = head.workload, head.config
+        p, q = g, g + 1
+        while q < end:
+            if p == q - 1:
+                if not moved[q]:  # nothing beyond the band: on to the next pair that moved
+                    j = bisect.bisect_left(candidates, q)
+                    if j == len(candidates) or candidates[j] >= end:
+                        break
+                    p, q = candidates[j] - 1, candidates[j]
+                    continue
+                measured, news = direct(q)
+            else:  # after a suspect move: against the level before it
+                at_q = group(q)
+                measured = _measure(group(p), at_q, rules, bootstrap)
+                news = [at_q[m[0]] for m in measured]
+            if not any(m[3] for m in measured):
+                p, q = q, q + 1
+                continue
+            old_name, new_cell = first(p).campaign, first(q)
+            changed = between(config, old_name, config, new_cell.campaign)
+            later_group = q + 1 if q + 1 < end else None
+            later_cell = first(later_group) if later_group is not None else None
+            later_rank = later_cell.rank if later_cell is not None else None
+            told = None
+            if p == q - 1 and not (bootstrap and repeated[q]) and (changed or not far[q]):
+                told = _told(paired[q], down[q], up[q], below[q], bool(changed))
+            kind, reason, known = told if told is not None else _classify(
+                measured, group(p), group(q), group(later_group) if later_group is not None else None, later_rank,
+                changed, rules, later_cell.campaign if later_cell is not None else None)
+            runs = tuple(sorted({pid.rsplit("/", 1)[0] for cell in news for pid in cell.point_ids}))
+            out.append(Move(workload=workload, config=config, previous_campaign=old_name,
+                            campaign=new_cell.campaign, rank=new_cell.rank,
+                            ratios=tuple((c, r, b) for c, r, b, _ in measured), facts_changed=changed, kind=kind,
+                            reason=reason, known_at=new_cell.rank if known is None else known,
+                            next_rank=later_rank, run_ids=runs))
+            if kind != SUSPECT:
+                p = q  # after a suspect campaign, the next is set against the level before it
+            q += 1
+        g = end
+    return out
+
+
+def _moves_pairwise(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str, Scalar]],
+                    rules: Rules) -> list[Move]:
+    """``moves``, pair by pair, in Python."""
     series: dict[tuple[str, str], dict[int, dict[int, Cell]]] = {}
     names: dict[int, str] = {}
     for cell in all_cells:
@@ -370,12 +541,32 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
     return out
 
 
+def _told(measured: int, down: int, up: int, below: int, changed: bool) -> tuple[str, str, None] | None:
+    """``_classify`` from counts (stats.step_pairs) where they tell: of the
+    Cs both measured, how many moved beyond the band down and up, and how
+    many have a ratio under 1. For a pair no bootstrap can take a C back
+    from, and not one moved as far as a suspect's with no fact changed.
+    None where only the cells tell (a level that held)."""
+    if down and up:
+        return DRIFT, "moved both ways beyond the band", None
+    direction = REGRESSION if down else IMPROVEMENT
+    if below != (measured if down else 0):
+        return DRIFT, "not consistent across C (moved one way at one C and the other way at another)", None
+    moved = down or up
+    if 2 * moved < measured:
+        return DRIFT, f"beyond the band at {moved} of {measured} C only", None
+    if changed:
+        return direction, "a recorded fact changed", None
+    return None
+
+
 def _classify(measured: list[tuple[int, float, float, bool]], old: Mapping[int, Cell], new: Mapping[int, Cell],
               later: Mapping[int, Cell] | None, later_rank: int | None, changed: tuple[FactChange, ...],
               rules: Rules, later_name: str | None) -> tuple[str, str, int | None]:
     down = [c for c, r, _, b in measured if b and r < 1]
     up = [c for c, r, _, b in measured if b and r > 1]
-    if not changed:
+    # (the peak is looked for only when some C moved that far: most moves are drift)
+    if not changed and any(r >= SUSPECT_RATIO or 1 / r >= SUSPECT_RATIO for _, r, _, _ in measured):
         c, r = max(((c, r) for c, r, _, _ in measured), key=lambda m: abs(math.log(m[1])))
         if max(r, 1 / r) >= SUSPECT_RATIO:
             if _held(measured, old, new, later, rules):

@@ -20,7 +20,7 @@ import functools
 import math
 import random
 import zlib
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 
 # The time-window series of one run moved to findings/core/series.py (the
 # store writes it with the run, D109); its names stay importable from here.
@@ -189,3 +189,102 @@ def group_runs(codes: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
         change[1:] |= ranked[1:] != ranked[:-1]
     starts = np.flatnonzero(change).tolist()
     return order.tolist(), starts + [len(order)]
+
+
+class Steps(NamedTuple):
+    """Rows of (series, step, key) paired with the previous step of their
+    series at the same key (``step_pairs``). Positions are places in
+    ``order``; every list is as long as ``order`` but ``starts`` and ``beyond``."""
+
+    order: list[int]  # the kept rows, by (series, step, key)
+    starts: list[int]  # where each (series, step) group starts in order, then len(order)
+    series: list[int]  # each group's series
+    partner: list[int]  # the position of the row's partner in the group before, or -1
+    ratio: list[float]  # value / the partner's value (0.0 without a partner)
+    band: list[float]  # max(floor, the two spreads) (0.0 without a partner)
+    beyond: list[bool]  # abs(ratio - 1) > band (False without a partner)
+    moved: list[bool]  # per group: any of its rows beyond
+    #: Per group, of its rows with a partner: how many; how many beyond with
+    #: a ratio under 1, and over 1; how many with a ratio under 1; whether
+    #: any ratio is ``far`` or more either way; how many beyond have n >= 2
+    #: on both sides (where a bootstrap may take the move back).
+    paired: list[int]
+    down: list[int]
+    up: list[int]
+    below: list[int]
+    far: list[bool]
+    repeated: list[int]
+
+
+def step_pairs(series: Sequence[int], steps: Sequence[int], keys: Sequence[int], values: Sequence[float],
+               lo: Sequence[float], hi: Sequence[float], n: Sequence[int], floor: float,
+               far: float = math.inf) -> Steps | None:
+    """Each series' rows step after step, every row set against its series'
+    previous step at the same key, at C speed (the moves between campaigns,
+    findings/derive/regressions.py: series a (workload, config), step a
+    campaign's rank, key a C, value a cell's mean). Rows with a value of 0
+    or less are left out. A row's spread is ``(hi - lo) / value`` with
+    ``n >= 2``, else 0, and its band against its partner is the larger of
+    ``floor`` and the two spreads.
+
+    The same floats as Python's arithmetic on each pair: None (the caller
+    pairs them in Python) when a value, lo or hi is not finite (where
+    Python's max and numpy's differ) or a (series, step, key) repeats."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=np.float64)
+    low, high = np.asarray(lo, dtype=np.float64), np.asarray(hi, dtype=np.float64)
+    if not (np.isfinite(v).all() and np.isfinite(low).all() and np.isfinite(high).all()):
+        return None
+    keep = np.flatnonzero(v > 0)
+    s = np.asarray(series, dtype=np.int64)[keep]
+    st = np.asarray(steps, dtype=np.int64)[keep]
+    k = np.asarray(keys, dtype=np.int64)[keep]
+    order = np.lexsort((k, st, s))
+    s, st, k = s[order], st[order], k[order]
+    rows = keep[order]
+    size = len(rows)
+    if size == 0:
+        return Steps([], [0], [], [], [], [], [], [], [], [], [], [], [], [])
+    first = np.ones(size, dtype=bool)
+    first[1:] = (s[1:] != s[:-1]) | (st[1:] != st[:-1])
+    if (~first[1:] & (k[1:] == k[:-1])).any():
+        return None  # a (series, step, key) twice
+    group = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    mean = v[rows]
+    count = np.asarray(n, dtype=np.int64)[rows]
+    spread = np.zeros(size)
+    wide = count >= 2
+    spread[wide] = (high[rows][wide] - low[rows][wide]) / mean[wide]
+    # A row's partner: the row before it by (series, key, group), when it is
+    # in the same series, at the same key, one group (one step of the series) before.
+    by_key = np.lexsort((group, k, s))
+    a, b = by_key[:-1], by_key[1:]
+    paired = (s[a] == s[b]) & (k[a] == k[b]) & (group[a] + 1 == group[b])
+    partner = np.full(size, -1, dtype=np.int64)
+    partner[b[paired]] = a[paired]
+    has = partner >= 0
+    ratio = np.zeros(size)
+    band = np.zeros(size)
+    old = partner[has]
+    ratio[has] = mean[has] / mean[old]
+    band[has] = np.maximum(np.maximum(floor, spread[old]), spread[has])
+    beyond = np.zeros(size, dtype=bool)
+    beyond[has] = np.abs(ratio[has] - 1) > band[has]
+    groups = len(starts)
+    moved = np.zeros(groups, dtype=bool)
+    moved[group[beyond]] = True
+    under = has & (ratio < 1)
+
+    def per_group(rows_: Any) -> Any:
+        return np.bincount(group[rows_], minlength=groups)
+
+    distant = np.zeros(size, dtype=bool)
+    distant[has] = (ratio[has] >= far) | (1 / ratio[has] >= far)
+    both = beyond & (count >= 2)
+    both[both] &= count[partner[both]] >= 2
+    return Steps(rows.tolist(), starts.tolist() + [size], s[starts].tolist(), partner.tolist(), ratio.tolist(),
+                 band.tolist(), beyond.tolist(), moved.tolist(), per_group(has).tolist(),
+                 per_group(beyond & under).tolist(), per_group(beyond & (ratio > 1)).tolist(), per_group(under).tolist(),
+                 (per_group(distant) > 0).tolist(), per_group(both).tolist())

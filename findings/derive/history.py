@@ -8,6 +8,7 @@ behind it, is that campaign's entry. Pure: no I/O.
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import marshal
 from dataclasses import dataclass, field
@@ -332,6 +333,8 @@ def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     job = _Job(data, rules, all_cells, found, cache, on_step)
     if job.cells < ASIDE_CELLS:
         return Replay(job.finish)
+    if job.cells >= SPLIT_CELLS and not job.may_resume:
+        return _split(job, aside)
     pending = aside(job.run_new)
     if cache is not None and not job.may_resume:
         # Nothing to resume: the chain is only left in the cache after. The
@@ -339,6 +342,48 @@ def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
         # meanwhile; a resumed replay aside is short, and hashes it there.
         job._hashed()
     return Replay(lambda: job.done(*job.joined(*pending.result())), pending)
+
+
+#: A whole replay of at least this many cells is split (D154): its first
+#: campaigns replayed aside, the rest here when the result is asked for.
+SPLIT_CELLS = 100_000
+
+#: The share of the cells whose campaigns the part aside replays: this
+#: process first derives the rest and builds the document meanwhile.
+HEAD_SHARE = 0.7
+
+
+def split_rank(by_rank: Mapping[int, list[Cell]], campaigns: int, share: float = HEAD_SHARE) -> int:
+    """The first campaign (rank) of the part replayed here: the campaigns
+    before it hold about ``share`` of the cells. At least 1, at most
+    ``campaigns - 1``: each part replays a campaign."""
+    total = sum(len(cs) for cs in by_rank.values())
+    seen = 0
+    for rank in range(campaigns):
+        seen += len(by_rank.get(rank, ()))
+        if seen >= share * total:
+            return max(1, min(rank + 1, campaigns - 1))
+    return max(1, campaigns - 1)
+
+
+def _split(job: _Job, aside: Aside) -> Replay:
+    """A whole replay in two parts (D154): the campaigns before ``split_rank``
+    aside from now on; the rest here when the result is asked for, each
+    workload's state before them found again from its cells. The two cores
+    a large store's render has both replay, rather than one replaying while
+    the other waits. The cache's chain is hashed here meanwhile, as for a
+    whole replay aside (D146)."""
+    k = split_rank(job.by_rank, len(job.data.campaigns))
+    pending = aside(functools.partial(job.run_part, 0, k))
+    if job.cache is not None:
+        job._hashed()
+
+    def entries() -> list[Entry]:
+        tail, concluded = job.run_part(k, None)
+        head, _ = pending.result()
+        return job.done(head + tail, concluded)
+
+    return Replay(entries, pending)
 
 
 class _Job:
@@ -410,6 +455,12 @@ class _Job:
         return _run(self.data, self.rules, self.by_rank, self.breaks_at, self.cache if self.resume else None,
                     self.on_step)
 
+    def run_part(self, start: int, stop: int | None) -> tuple[list[Entry], _Concluded]:
+        """``run`` of the campaigns from ``start`` up to ``stop`` (by rank),
+        from nothing cached: the entries of those campaigns, and each
+        workload's state after them."""
+        return _run(self.data, self.rules, self.by_rank, self.breaks_at, None, None, start, stop)
+
     def run_new(self) -> tuple[list[Entry], _Concluded, list[str] | None, bool]:
         """``run``, less the entries the cache it resumes from holds, with the
         chain if it was hashed here and whether it resumed (what a replay
@@ -450,30 +501,40 @@ class _Job:
 
 def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
          breaks_at: Callable[[int], Mapping[str, Mapping[int, frozenset[int]]]], cache: HistoryCache | None,
-         on_step: Callable[[Campaign, Conclusions], None] | None) -> tuple[list[Entry], _Concluded]:
+         on_step: Callable[[Campaign, Conclusions], None] | None, start: int = 0,
+         stop: int | None = None) -> tuple[list[Entry], _Concluded]:
     """The replay of the cells ``by_rank``, resumed from ``cache`` when
     given (a replay of every workload): its entries and each workload's
-    state at the end."""
+    state at the end.
+
+    Or the part of it from campaign ``start`` up to ``stop`` (by rank; the
+    entries of those campaigns only): from ``start`` on, each workload's
+    state before it found again from its cells (``_state_before``), as a
+    replay from the first campaign would have left it (the history split,
+    D154)."""
     tables: dict[str, Table] = {}
     concluded: dict[str, WorkloadConclusion] = {}
     last_rank: dict[str, int] = {}
     entries: list[Entry] = []
     between = regressions.FactsBetween(data.facts_of)
     previous: dict[str, WorkloadConclusion] = {}
-    start = 0
     if cache is not None:
         # Resume: each workload's table as the replay left it (its cells up to
         # the prefix, the steps known when it was last measured), its conclusion
         # as it stood then.
         start = len(cache.chain)
         entries = list(cache.entries)
+        mine = _by_workload(by_rank, start)
         for workload, (wc, rank) in cache.concluded.items():
-            mine = [c for r in range(start) for c in by_rank.get(r, []) if c.workload == workload]
-            tables[workload] = Table(mine, rules, verdicts_only=True, breaks=breaks_at(rank).get(workload))
+            tables[workload] = Table(mine.get(workload, []), rules, verdicts_only=True,
+                                     breaks=breaks_at(rank).get(workload))
             concluded[workload] = wc
             last_rank[workload] = rank
         previous = dict(concluded)
-    for rank in range(start, len(data.campaigns)):
+    elif start:
+        tables, concluded, last_rank = _state_before(rules, by_rank, breaks_at, start)
+        previous = dict(concluded)
+    for rank in range(start, len(data.campaigns) if stop is None else stop):
         campaign = data.campaigns[rank]
         breaks = breaks_at(rank)
         new: dict[str, list[Cell]] = {}
@@ -502,4 +563,39 @@ def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
             on_step(campaign, Conclusions(rules=rules, workloads=tuple(current)))
         previous = dict(concluded)
     return entries, {w: (concluded[w], last_rank[w]) for w in concluded}
+
+
+def _by_workload(by_rank: Mapping[int, list[Cell]], start: int) -> dict[str, list[Cell]]:
+    """The cells of the campaigns before ``start``, by workload: in rank
+    order, each campaign's as ``by_rank`` holds them; the workloads in the
+    order they were first measured."""
+    out: dict[str, list[Cell]] = {}
+    for r in range(start):
+        for c in by_rank.get(r, ()):
+            found = out.get(c.workload)
+            if found is None:
+                out[c.workload] = [c]
+            else:
+                found.append(c)
+    return out
+
+
+def _state_before(rules: Rules, by_rank: Mapping[int, list[Cell]],
+                  breaks_at: Callable[[int], Mapping[str, Mapping[int, frozenset[int]]]],
+                  start: int) -> tuple[dict[str, Table], dict[str, WorkloadConclusion], dict[str, int]]:
+    """Each workload's table, conclusion and last campaign (rank) before
+    campaign ``start``, as the replay leaves them: its cells up to then,
+    the baseline's steps known at the last campaign that measured it, and
+    that table concluded. A table filled at once is the one grown campaign
+    by campaign (analysis.Table), and a conclusion depends only on its
+    table (tests/test_scaling.py, tests/test_history_split.py)."""
+    tables: dict[str, Table] = {}
+    concluded: dict[str, WorkloadConclusion] = {}
+    last_rank: dict[str, int] = {}
+    for workload, mine in _by_workload(by_rank, start).items():
+        rank = mine[-1].rank
+        tables[workload] = table = Table(mine, rules, verdicts_only=True, breaks=breaks_at(rank).get(workload))
+        concluded[workload] = conclude_table(workload, table, cross=False, detail=False)
+        last_rank[workload] = rank
+    return tables, concluded, last_rank
 

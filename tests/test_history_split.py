@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import random
+import time
 
 import pytest
 from test_scaling import synthetic
 
-from findings.core.aside import forked, inline
+from findings.core.aside import Limit, cores, forked, inline
 from findings.core.model import THROUGHPUT, Dataset
 from findings.derive import history, regressions
 from findings.derive.analysis import Rules, cells
@@ -75,16 +76,18 @@ def test_a_split_replay_begun_aside_leaves_the_cache_of_a_whole_one(run_aside, m
     monkeypatch.setattr(history, "SPLIT_CELLS", 1)
     parts: list[tuple[int, int | None]] = []
     run_part = history._Job.run_part
-    monkeypatch.setattr(history._Job, "run_part",
-                        lambda self, start, stop: parts.append((start, stop)) or run_part(self, start, stop))
+    monkeypatch.setattr(history._Job, "run_part", lambda self, start, stop, claim=None:
+                        parts.append((start, stop)) or run_part(self, start, stop, claim))
     cache = HistoryCache()
     valid = cells(data, rules)
     begun = begin(data, rules, valid, regressions.analyse(data, rules, valid), cache, aside=run_aside)
+    if run_aside is forked and cores() >= 2:
+        time.sleep(0.2)  # the part aside has begun
     assert begun.result() == whole
-    # The tail replayed here; the head too when run inline (a forked process's call is not seen here).
-    [k] = [start for start, stop in parts if stop is None]
-    assert 0 < k < len(data.campaigns)
-    assert sorted(parts) == ([(0, k), (k, None)] if run_aside is inline else [(0, k), (k, None)][len(parts) == 1:])
+    if run_aside is inline:  # nothing runs aside: the whole replay here, in one piece
+        assert parts == []
+    else:  # the campaigns left when the result was asked for, split: the later ones replayed here
+        assert [stop for _, stop in parts] == [None] * len(parts) and len(parts) <= 1
     assert (cache.chain, cache.entries, cache.concluded) == \
         (whole_cache.chain, whole_cache.entries, whole_cache.concluded)
     assert cache.replayed == len(data.campaigns)
@@ -92,13 +95,66 @@ def test_a_split_replay_begun_aside_leaves_the_cache_of_a_whole_one(run_aside, m
     assert replay(data, rules, cache=cache) == whole and cache.replayed == 0
 
 
-def test_the_split_takes_about_its_share_of_the_cells():
+def test_the_split_takes_half_the_cells_left():
     by_rank = {r: [None] * n for r, n in enumerate([5, 5, 5, 5, 80])}  # type: ignore[list-item]
-    assert history.split_rank(by_rank, 5, 0.7) == 4  # the last campaign holds most: it alone is replayed here
-    assert history.split_rank(by_rank, 5, 0.1) == 2
-    assert history.split_rank(by_rank, 5, 0.0) == 1  # each part replays one campaign at least
-    assert history.split_rank({0: [None] * 99}, 2, 0.7) == 1  # type: ignore[list-item]
+    assert history.split_rank(by_rank, 0, 5) == 4  # the last campaign holds most: it alone is replayed here
+    assert history.split_rank(by_rank, 0, 5, share=0.1) == 2
+    assert history.split_rank(by_rank, 0, 5, share=0.0) == 1  # each part replays one campaign at least
+    assert history.split_rank(by_rank, 3, 5) == 4
+    assert history.split_rank(by_rank, 4, 5) == 5  # one campaign left: no split
+    assert history.split_rank(by_rank, 5, 5) == 5
     rng = random.Random(0)
     sizes = [rng.randint(0, 30) for _ in range(200)]
-    k = history.split_rank({r: [None] * n for r, n in enumerate(sizes)}, len(sizes), 0.7)  # type: ignore[list-item]
-    assert sum(sizes[:k - 1]) < 0.7 * sum(sizes) <= sum(sizes[:k])
+    k = history.split_rank({r: [None] * n for r, n in enumerate(sizes)}, 50, len(sizes))  # type: ignore[list-item]
+    assert sum(sizes[50:k - 1]) < 0.5 * sum(sizes[50:]) <= sum(sizes[50:k])
+
+
+@pytest.mark.parametrize("taken", [0, 1, 5, 13, 14])
+def test_a_split_asked_for_at_any_progress_is_the_whole_replay(taken, monkeypatch):
+    """However far the part aside has gone when the result is asked for
+    (the first ``taken`` campaigns claimed), the entries and the state left
+    are those of one replay. Run here, with the part aside's claims made
+    in the order a forked process makes them."""
+    data = stepped(3, 14)
+    rules = Rules(resamples=200)
+    whole_cache = HistoryCache()
+    whole = replay(data, rules, cache=whole_cache)
+    limits: list[Limit] = []
+
+    class Started:
+        """A part aside that has taken its first ``taken`` campaigns when the result is asked for."""
+        running = True
+
+        def __init__(self, fn):
+            self.fn, self.limit = fn, limits[-1]
+            for rank in range(taken):
+                assert self.limit.claim(rank)
+
+        def result(self):
+            return self.fn()
+
+        def close(self):
+            pass
+
+    made = Limit
+    monkeypatch.setattr(history, "Limit", lambda n: limits.append(made(n)) or limits[-1])
+    monkeypatch.setattr(history, "ASIDE_CELLS", 1)
+    monkeypatch.setattr(history, "SPLIT_CELLS", 1)
+    cache = HistoryCache()
+    valid = cells(data, rules)
+    begun = begin(data, rules, valid, regressions.analyse(data, rules, valid), cache, aside=Started)
+    assert begun.result() == whole
+    assert (cache.chain, cache.entries, cache.concluded) == \
+        (whole_cache.chain, whole_cache.entries, whole_cache.concluded)
+
+
+def test_a_limit_stops_a_loop_aside_exactly_where_it_is_cut():
+    limit = Limit(10)
+    assert [limit.claim(r) for r in range(3)] == [True] * 3
+    assert limit.cut(lambda taken: taken + 4) == 7
+    assert [limit.claim(r) for r in range(3, 10)] == [True] * 4 + [False] * 3
+    late = Limit(10)
+    assert all(late.claim(r) for r in range(10))
+    assert late.cut(lambda taken: 2) == 10  # never below what was taken
+    capped = Limit(5)
+    assert capped.cut(lambda taken: 99) == 5  # never above the limit

@@ -29,6 +29,9 @@ from typing import Any, Callable, Protocol
 
 
 class Pending(Protocol):
+    #: Whether ``fn()`` runs aside now (False: it runs here, when asked for).
+    running: bool
+
     def result(self) -> Any: ...
 
     def close(self) -> None: ...
@@ -39,6 +42,8 @@ Aside = Callable[[Callable[[], Any]], Pending]
 
 
 class _Inline:
+    running = False
+
     def __init__(self, fn: Callable[[], Any]) -> None:
         self._fn = fn
 
@@ -90,6 +95,8 @@ def _child(fn: Callable[[], Any], send: Any, parent: int) -> None:
 
 
 class _Forked:
+    running = True
+
     def __init__(self, fn: Callable[[], Any]) -> None:
         import multiprocessing  # only when work goes aside: not on a small render's path
         self._fn = fn
@@ -132,3 +139,38 @@ def forked(fn: Callable[[], Any]) -> Pending:
         return _Forked(fn)
     except OSError:  # no process could be started (limits): here, then
         return _Inline(fn)
+
+
+class Limit:
+    """How many steps of a loop run aside may take, which this process can
+    lower while it runs: work split between the two where this process
+    joins in (the history's replay, D155). Made before the fork, in shared
+    memory (multiprocessing's fork context: a lock and two integers), so the
+    forked process sees it change.
+
+    The loop calls ``claim(step)`` before each step, in order: True, and
+    the step is counted as taken; False once ``step`` reaches the limit.
+    This process calls ``cut(want)`` once: with the steps taken so far, it
+    sets the limit to ``want(taken)`` (never below what was taken, never
+    above the limit) and returns it. A step is claimed or refused under the
+    lock, so the loop stops at exactly the returned limit."""
+
+    def __init__(self, steps: int) -> None:
+        import multiprocessing  # only when work goes aside
+        context = multiprocessing.get_context("fork")
+        self._lock = context.Lock()
+        self._limit = context.RawValue("q", steps)
+        self._taken = context.RawValue("q", 0)
+
+    def claim(self, step: int) -> bool:
+        with self._lock:
+            if step >= self._limit.value:
+                return False
+            self._taken.value = max(self._taken.value, step + 1)
+            return True
+
+    def cut(self, want: Callable[[int], int]) -> int:
+        with self._lock:
+            taken = self._taken.value
+            limit = self._limit.value = max(taken, min(self._limit.value, want(taken)))
+            return int(limit)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from findings.core import fmt
-from findings.core.aside import Aside, Pending
+from findings.core.aside import Aside, Limit, Pending
 from findings.derive import regressions
 from findings.derive.analysis import (Best, Candidate, Cell, Comparison, Conclusions, Rules, Table, WorkloadConclusion,
                                       cells, conclude_table)
@@ -348,40 +348,48 @@ def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
 #: campaigns replayed aside, the rest here when the result is asked for.
 SPLIT_CELLS = 100_000
 
-#: The share of the cells whose campaigns the part aside replays: this
-#: process first derives the rest and builds the document meanwhile.
-HEAD_SHARE = 0.7
 
-
-def split_rank(by_rank: Mapping[int, list[Cell]], campaigns: int, share: float = HEAD_SHARE) -> int:
-    """The first campaign (rank) of the part replayed here: the campaigns
-    before it hold about ``share`` of the cells. At least 1, at most
-    ``campaigns - 1``: each part replays a campaign."""
-    total = sum(len(cs) for cs in by_rank.values())
-    seen = 0
-    for rank in range(campaigns):
-        seen += len(by_rank.get(rank, ()))
+def split_rank(by_rank: Mapping[int, list[Cell]], start: int, campaigns: int, share: float = 0.5) -> int:
+    """Where to split the campaigns from ``start`` on (by rank): the first
+    campaign after which those from ``start`` hold ``share`` of their cells
+    or more; ``campaigns`` (no split) when fewer than two are left."""
+    if campaigns - start < 2:
+        return campaigns
+    sizes = [len(by_rank.get(rank, ())) for rank in range(start, campaigns)]
+    total, seen = sum(sizes), 0
+    for i, n in enumerate(sizes):
+        seen += n
         if seen >= share * total:
-            return max(1, min(rank + 1, campaigns - 1))
-    return max(1, campaigns - 1)
+            return min(start + i + 1, campaigns - 1)
+    return campaigns - 1
 
 
 def _split(job: _Job, aside: Aside) -> Replay:
-    """A whole replay in two parts (D154): the campaigns before ``split_rank``
-    aside from now on; the rest here when the result is asked for, each
-    workload's state before them found again from its cells. The two cores
-    a large store's render has both replay, rather than one replaying while
-    the other waits. The cache's chain is hashed here meanwhile, as for a
+    """A whole replay in two parts (D154, D155): from the first campaign on,
+    aside from now on; when the result is asked for, the campaigns not yet
+    replayed there are split in two, by their cells (``split_rank``), and
+    the later ones are replayed here, each workload's state before them
+    found again from its cells, while the part aside stops where they begin
+    (core/aside.py ``Limit``). The two cores a large store's render has
+    both replay, rather than one replaying while the other waits, however
+    much this process did first. Where nothing can run aside, the whole
+    replay runs here. The cache's chain is hashed here meanwhile, as for a
     whole replay aside (D146)."""
-    k = split_rank(job.by_rank, len(job.data.campaigns))
-    pending = aside(functools.partial(job.run_part, 0, k))
+    campaigns = len(job.data.campaigns)
+    limit = Limit(campaigns)
+    pending = aside(functools.partial(job.run_part, 0, None, limit.claim))
+    if not pending.running:
+        pending.close()
+        return Replay(job.finish)
     if job.cache is not None:
         job._hashed()
 
     def entries() -> list[Entry]:
-        tail, concluded = job.run_part(k, None)
-        head, _ = pending.result()
-        return job.done(head + tail, concluded)
+        k = limit.cut(lambda taken: split_rank(job.by_rank, taken, campaigns))
+        tail, concluded = job.run_part(k, None) if k < campaigns else ([], None)
+        head, state = pending.result()
+        assert len(head) == k, (len(head), k)
+        return job.done(head + tail, state if concluded is None else concluded)
 
     return Replay(entries, pending)
 
@@ -455,11 +463,12 @@ class _Job:
         return _run(self.data, self.rules, self.by_rank, self.breaks_at, self.cache if self.resume else None,
                     self.on_step)
 
-    def run_part(self, start: int, stop: int | None) -> tuple[list[Entry], _Concluded]:
+    def run_part(self, start: int, stop: int | None,
+                 claim: Callable[[int], bool] | None = None) -> tuple[list[Entry], _Concluded]:
         """``run`` of the campaigns from ``start`` up to ``stop`` (by rank),
-        from nothing cached: the entries of those campaigns, and each
-        workload's state after them."""
-        return _run(self.data, self.rules, self.by_rank, self.breaks_at, None, None, start, stop)
+        or up to the first that ``claim(rank)`` refuses, from nothing cached:
+        the entries of those campaigns, and each workload's state after them."""
+        return _run(self.data, self.rules, self.by_rank, self.breaks_at, None, None, start, stop, claim)
 
     def run_new(self) -> tuple[list[Entry], _Concluded, list[str] | None, bool]:
         """``run``, less the entries the cache it resumes from holds, with the
@@ -502,13 +511,14 @@ class _Job:
 def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
          breaks_at: Callable[[int], Mapping[str, Mapping[int, frozenset[int]]]], cache: HistoryCache | None,
          on_step: Callable[[Campaign, Conclusions], None] | None, start: int = 0,
-         stop: int | None = None) -> tuple[list[Entry], _Concluded]:
+         stop: int | None = None, claim: Callable[[int], bool] | None = None) -> tuple[list[Entry], _Concluded]:
     """The replay of the cells ``by_rank``, resumed from ``cache`` when
     given (a replay of every workload): its entries and each workload's
     state at the end.
 
     Or the part of it from campaign ``start`` up to ``stop`` (by rank; the
-    entries of those campaigns only): from ``start`` on, each workload's
+    entries of those campaigns only), stopping before the first campaign
+    ``claim`` refuses (the part aside of a split, D155): from ``start`` on, each workload's
     state before it found again from its cells (``_state_before``), as a
     replay from the first campaign would have left it (the history split,
     D154)."""
@@ -535,6 +545,8 @@ def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
         tables, concluded, last_rank = _state_before(rules, by_rank, breaks_at, start)
         previous = dict(concluded)
     for rank in range(start, len(data.campaigns) if stop is None else stop):
+        if claim is not None and not claim(rank):
+            break
         campaign = data.campaigns[rank]
         breaks = breaks_at(rank)
         new: dict[str, list[Cell]] = {}

@@ -502,28 +502,15 @@ def _moves_pairwise(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Ma
         names[cell.rank] = cell.campaign
     out: list[Move] = []
     between = FactsBetween(facts_of)
-    floor, bootstrap = rules.noise_floor, rules.interval != "band"
+    bootstrap = rules.interval != "band"
     for (workload, config), by_rank in sorted(series.items()):
         ranks = sorted(by_rank)
         p = ranks[0]
         for i in range(1, len(ranks)):
             q = ranks[i]
             old, new = by_rank[p], by_rank[q]
-            # At every C both measured, in one pass: the ratio, the band
-            # (``_band``, inlined: a million cells), and whether it is beyond
-            # the band (the bootstrap only ever takes one back).
-            measured: list[tuple[int, float, float, bool]] = []
-            moved = False
-            for c in sorted(old.keys() & new.keys()):
-                o, n = old[c], new[c]
-                ratio = n.mean / o.mean
-                band = max(floor, o.spread, n.spread)
-                beyond = abs(ratio - 1) > band
-                if beyond and bootstrap and o.n >= 2 and n.n >= 2:
-                    beyond = _interval_beyond(o, n, rules)
-                moved = moved or beyond
-                measured.append((c, ratio, band, beyond))
-            if not moved:
+            measured = _measure(old, new, rules, bootstrap)
+            if not any(m[3] for m in measured):
                 p = q
                 continue
             changed = between(config, names[p], config, names[q])

@@ -46,11 +46,11 @@ def test_the_two_parts_are_the_whole_replay_at_every_split(make, seed):
     data = make(seed, 14)
     rules = Rules(resamples=200)
     job = _job(data, rules)
-    whole, state = job.run_part(0, None)
+    whole, state = job.run_part(0)
     assert whole == replay(data, rules)
     for k in range(1, len(data.campaigns)):
-        head, _ = job.run_part(0, k)
-        tail, after = job.run_part(k, None)
+        head, _ = job.run_part(0, lambda rank: rank < k)
+        tail, after = job.run_part(k)
         assert head + tail == whole, k
         assert after == state and list(after) == list(state), k  # the workloads in the same order, too
 
@@ -74,10 +74,10 @@ def test_a_split_replay_begun_aside_leaves_the_cache_of_a_whole_one(run_aside, m
     whole = replay(data, rules, cache=whole_cache)
     monkeypatch.setattr(history, "ASIDE_CELLS", 1)
     monkeypatch.setattr(history, "SPLIT_CELLS", 1)
-    parts: list[tuple[int, int | None]] = []
+    parts: list[tuple[int, str | None]] = []
     run_part = history._Job.run_part
-    monkeypatch.setattr(history._Job, "run_part", lambda self, start, stop, claim=None:
-                        parts.append((start, stop)) or run_part(self, start, stop, claim))
+    monkeypatch.setattr(history._Job, "run_part", lambda self, start, claim=None:
+                        parts.append((start, None if claim is None else "claimed")) or run_part(self, start, claim))
     cache = HistoryCache()
     valid = cells(data, rules)
     begun = begin(data, rules, valid, regressions.analyse(data, rules, valid), cache, aside=run_aside)

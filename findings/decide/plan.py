@@ -122,11 +122,6 @@ def _bracket(cand: Candidate) -> tuple[int, int] | None:
     return max(1, math.floor(x.low)), math.ceil(x.high)
 
 
-def _cv(cells: Sequence[Cell]) -> float | None:
-    """The pooled relative standard deviation of the repeats in ``cells``."""
-    return _pooled([_terms(cells)])
-
-
 #: Each cell of repeats' share of a pooled variance (in the cells' order), and their degrees of freedom.
 Terms = tuple[list[float], int]
 
@@ -179,8 +174,7 @@ def repeats_needed(cv: float, margin: float, confidence: float) -> int:
 
 
 def _noise(table: Table, config: str, baseline: str, conc: int, rules: Rules,
-           spread: _Spread | None = None) -> tuple[float, str]:
-    spread = _Spread(table) if spread is None else spread
+           spread: _Spread) -> tuple[float, str]:
     cv = _pooled([spread(config, conc), spread(baseline, conc)])
     if cv is not None:
         return cv, f"the observed spread of the repeats ({cv * 100:.1f}%)"
@@ -190,8 +184,7 @@ def _noise(table: Table, config: str, baseline: str, conc: int, rules: Rules,
     return rules.noise_floor / 2, f"half the noise floor ({rules.noise_floor * 50:.1f}%; no repeats recorded)"
 
 
-def _undecided(cand: Candidate, table: Table, rules: Rules,
-               spread: _Spread | None = None) -> tuple[list[int], list[str], int]:
+def _undecided(cand: Candidate, table: Table, rules: Rules, spread: _Spread) -> tuple[list[int], list[str], int]:
     concs: list[int] = []
     why: list[str] = []
     repeats = 2

@@ -27,7 +27,7 @@ from typing import Collection, Iterable, Iterator, Mapping, NamedTuple, Sequence
 from findings.derive import crossover as crossover_mod
 from findings.core.model import THROUGHPUT, Dataset, Point
 from findings.core.series import window_series
-from findings.derive.stats import group_runs, ratio_bounds, ratio_ci
+from findings.derive.stats import codes, group_runs, ratio_bounds, ratio_ci
 from findings.derive.tuning import Objective
 from findings.derive.validity import Gates, flagged
 
@@ -355,11 +355,7 @@ def cells(data: Dataset, rules: Rules | None = None,
     campaigns = list(map(_CAMPAIGN, pts))
     configs = list(map(_CONFIG, pts))
     concs = list(map(_CONCURRENCY, pts))
-    columns: list[list[int]] = []
-    for column in (workloads, campaigns, configs, concs):
-        code = {v: i for i, v in enumerate(sorted(set(column)))}
-        columns.append(list(map(code.__getitem__, column)))
-    order, starts = group_runs(columns)
+    order, starts = group_runs([codes(column)[0] for column in (workloads, campaigns, configs, concs)])
     out: list[Cell] = []
     append = out.append
     for k in range(len(starts) - 1):

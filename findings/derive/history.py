@@ -377,7 +377,7 @@ def _split(job: _Job, aside: Aside) -> Replay:
     whole replay aside (D146)."""
     campaigns = len(job.data.campaigns)
     limit = Limit(campaigns)
-    pending = aside(functools.partial(job.run_part, 0, None, limit.claim))
+    pending = aside(functools.partial(job.run_part, 0, limit.claim))
     if not pending.running:
         pending.close()
         return Replay(job.finish)
@@ -386,7 +386,7 @@ def _split(job: _Job, aside: Aside) -> Replay:
 
     def entries() -> list[Entry]:
         k = limit.cut(lambda taken: split_rank(job.by_rank, taken, campaigns))
-        tail, concluded = job.run_part(k, None) if k < campaigns else ([], None)
+        tail, concluded = job.run_part(k) if k < campaigns else ([], None)
         head, state = pending.result()
         assert len(head) == k, (len(head), k)
         return job.done(head + tail, state if concluded is None else concluded)
@@ -463,12 +463,11 @@ class _Job:
         return _run(self.data, self.rules, self.by_rank, self.breaks_at, self.cache if self.resume else None,
                     self.on_step)
 
-    def run_part(self, start: int, stop: int | None,
-                 claim: Callable[[int], bool] | None = None) -> tuple[list[Entry], _Concluded]:
-        """``run`` of the campaigns from ``start`` up to ``stop`` (by rank),
-        or up to the first that ``claim(rank)`` refuses, from nothing cached:
-        the entries of those campaigns, and each workload's state after them."""
-        return _run(self.data, self.rules, self.by_rank, self.breaks_at, None, None, start, stop, claim)
+    def run_part(self, start: int, claim: Callable[[int], bool] | None = None) -> tuple[list[Entry], _Concluded]:
+        """``run`` of the campaigns from ``start`` (by rank) up to the first
+        that ``claim(rank)`` refuses, if given, from nothing cached: the
+        entries of those campaigns, and each workload's state after them."""
+        return _run(self.data, self.rules, self.by_rank, self.breaks_at, None, None, start, claim)
 
     def run_new(self) -> tuple[list[Entry], _Concluded, list[str] | None, bool]:
         """``run``, less the entries the cache it resumes from holds, with the
@@ -511,14 +510,14 @@ class _Job:
 def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
          breaks_at: Callable[[int], Mapping[str, Mapping[int, frozenset[int]]]], cache: HistoryCache | None,
          on_step: Callable[[Campaign, Conclusions], None] | None, start: int = 0,
-         stop: int | None = None, claim: Callable[[int], bool] | None = None) -> tuple[list[Entry], _Concluded]:
+         claim: Callable[[int], bool] | None = None) -> tuple[list[Entry], _Concluded]:
     """The replay of the cells ``by_rank``, resumed from ``cache`` when
     given (a replay of every workload): its entries and each workload's
     state at the end.
 
-    Or the part of it from campaign ``start`` up to ``stop`` (by rank; the
-    entries of those campaigns only), stopping before the first campaign
-    ``claim`` refuses (the part aside of a split, D155): from ``start`` on, each workload's
+    Or the part of it from campaign ``start`` (by rank; the entries of
+    those campaigns only), stopping before the first campaign ``claim``
+    refuses (the part aside of a split, D155): from ``start`` on, each workload's
     state before it found again from its cells (``_state_before``), as a
     replay from the first campaign would have left it (the history split,
     D154)."""
@@ -544,7 +543,7 @@ def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
     elif start:
         tables, concluded, last_rank = _state_before(rules, by_rank, breaks_at, start)
         previous = dict(concluded)
-    for rank in range(start, len(data.campaigns) if stop is None else stop):
+    for rank in range(start, len(data.campaigns)):
         if claim is not None and not claim(rank):
             break
         campaign = data.campaigns[rank]

@@ -53,7 +53,7 @@ from findings.core import fmt
 from findings.derive.analysis import (Cell, Conclusions, Rules, Table, WorkloadConclusion, cells, conclude_tables,
                                       workload_tables)
 from findings.core.model import Dataset, Scalar
-from findings.derive.stats import Steps, ratio_bounds, ratio_ci, step_pairs
+from findings.derive.stats import Steps, codes, ratio_bounds, ratio_ci, step_pairs
 
 REGRESSION, IMPROVEMENT, DRIFT, SUSPECT = "regression", "improvement", "drift", "suspect"
 
@@ -342,16 +342,10 @@ _WORKLOAD, _CONFIG, _RANK, _CONC, _MEAN, _LO, _HI, _N = (
     operator.attrgetter(name) for name in ("workload", "config", "rank", "concurrency", "mean", "lo", "hi", "n"))
 
 
-def _codes(column: list[str]) -> tuple[list[int], int]:
-    """Each value's place among the column's distinct values, in sort order; how many there are."""
-    code = {v: i for i, v in enumerate(sorted(set(column)))}
-    return list(map(code.__getitem__, column)), len(code)
-
-
 def _steps(cells_: list[Cell], floor: float) -> Steps | None:
     """The cells as series of (workload, config), paired campaign after campaign (stats.step_pairs)."""
-    workloads, nw = _codes(list(map(_WORKLOAD, cells_)))
-    configs, nc = _codes(list(map(_CONFIG, cells_)))
+    workloads, _ = codes(list(map(_WORKLOAD, cells_)))
+    configs, nc = codes(list(map(_CONFIG, cells_)))
     series = [w * nc + c for w, c in zip(workloads, configs)]  # (workload, config) order, as sorted tuples
     return step_pairs(series, list(map(_RANK, cells_)), list(map(_CONC, cells_)), list(map(_MEAN, cells_)),
                       list(map(_LO, cells_)), list(map(_HI, cells_)), list(map(_N, cells_)), floor,
@@ -529,11 +523,12 @@ def _moves_pairwise(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Ma
 
 
 def _told(measured: int, down: int, up: int, below: int, changed: bool) -> tuple[str, str, None] | None:
-    """``_classify`` from counts (stats.step_pairs) where they tell: of the
-    Cs both measured, how many moved beyond the band down and up, and how
-    many have a ratio under 1. For a pair no bootstrap can take a C back
-    from, and not one moved as far as a suspect's with no fact changed.
-    None where only the cells tell (a level that held)."""
+    """What ``_classify`` decides from counts alone, after its suspect
+    check: of the Cs both measured, how many moved beyond the band down and
+    up, and how many have a ratio under 1. None where only the cells tell (a
+    level that held). The columns' walk calls it straight from
+    stats.step_pairs' counts, for a pair no bootstrap can take a C back from
+    and not one moved as far as a suspect's with no fact changed."""
     if down and up:
         return DRIFT, "moved both ways beyond the band", None
     direction = REGRESSION if down else IMPROVEMENT
@@ -562,17 +557,11 @@ def _classify(measured: list[tuple[int, float, float, bool]], old: Mapping[int, 
                               f"in {later_name}"), later_rank
             return SUSPECT, (f"moved {r:.2f}x at C={c} with no recorded fact changed, beyond any plausible drift "
                              f"({SUSPECT_RATIO:g}x): suspect: check the labels"), None
-    if down and up:
-        return DRIFT, "moved both ways beyond the band", None
+    told = _told(len(measured), len(down), len(up), sum(1 for _, r, _, _ in measured if r < 1), bool(changed))
+    if told is not None:
+        return told
     direction = REGRESSION if down else IMPROVEMENT
     moved = down or up
-    same_side = all((r < 1) == (direction == REGRESSION) for _, r, _, _ in measured)
-    if not same_side:
-        return DRIFT, "not consistent across C (moved one way at one C and the other way at another)", None
-    if 2 * len(moved) < len(measured):
-        return DRIFT, f"beyond the band at {len(moved)} of {len(measured)} C only", None
-    if changed:
-        return direction, "a recorded fact changed", None
     everywhere = len(measured) >= 2 and len(moved) == len(measured)
     if not everywhere:
         return DRIFT, "no recorded fact changed, and not beyond the band at every C (two at least)", None

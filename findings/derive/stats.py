@@ -191,6 +191,14 @@ def group_runs(codes: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
     return order.tolist(), starts + [len(order)]
 
 
+def codes(column: Sequence[Any]) -> tuple[list[int], int]:
+    """Each value's place among the column's distinct values, in their sort
+    order (a column coded for ``group_runs`` and ``step_pairs``), and how
+    many distinct values there are."""
+    code = {v: i for i, v in enumerate(sorted(set(column)))}
+    return list(map(code.__getitem__, column)), len(code)
+
+
 class Steps(NamedTuple):
     """Rows of (series, step, key) paired with the previous step of their
     series at the same key (``step_pairs``). Positions are places in

@@ -42,9 +42,14 @@ $(ENGINE_STAMP): $(STAMP)
 # The chart check renders every mermaid block in headless Chromium with
 # GitHub's mermaid version: tools/get_mermaid.sh installs Debian's chromium
 # (as root) and the pinned npm packages once (about a minute the first time).
+# The tests run in TEST_WORKERS processes (pytest-xdist), each file's tests
+# in one of them, in order: most of the suite waits on real servers and
+# subprocesses, so three share two cores well (D157). TEST_WORKERS=0: one
+# process, as before.
+TEST_WORKERS ?= 3
 test: $(STAMP)
 	bash tools/get_mermaid.sh
-	FINDINGS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
+	FINDINGS_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/findings render --check

@@ -18,8 +18,12 @@ from findings.cli import main
 from findings.core.model import THROUGHPUT, Campaign, Dataset, Point
 
 # The render cache (findings/document/cache.py) of every test and of the
-# commands they run goes to a folder of this session, never the user's.
-os.environ.setdefault("FINDINGS_CACHE_DIR", tempfile.mkdtemp(prefix="findings-test-cache-"))
+# commands they run goes to a folder of this session, never the user's. Under
+# pytest-xdist (make test) each worker process has a folder of its own, as a
+# whole session had before: the workers run side by side (D157).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER or "FINDINGS_CACHE_DIR" not in os.environ:
+    os.environ["FINDINGS_CACHE_DIR"] = tempfile.mkdtemp(prefix=f"findings-test-cache-{_WORKER or 'main'}-")
 
 # Property tests (hypothesis) draw the same cases on every `make test` run, so
 # that a clean-clone CI run cannot fail by chance; `make soak` draws new ones.

@@ -220,6 +220,52 @@ def test_server_dying_mid_sweep(tmp_path, store):
     store_mod.load(store)  # the store is intact and readable
 
 
+def _tagged(tag: str) -> dict[str, str]:
+    """The environment of a bench whose launched servers are to be found
+    again: each inherits ``FINDINGS_TEST_TAG`` (launch.py passes the bench's
+    environment on), which no other test's server, in this checkout or
+    another, carries (the tests may run side by side: make test)."""
+    return {**os.environ, "FINDINGS_TEST_TAG": tag}
+
+
+def _left_running(tag: str) -> list[str]:
+    """The command lines of the emulators still running (not zombies) that
+    a bench started under ``_tagged(tag)`` launched."""
+    from test_workers import _alive
+
+    mark = f"FINDINGS_TEST_TAG={tag}".encode()
+    ps = subprocess.run(["pgrep", "-f", "findings emulate --port"], capture_output=True, text=True)
+    left = []
+    for pid in ps.stdout.split():
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        if mark in env and _alive(int(pid)):
+            left.append(cmd)
+    return left
+
+
+def test_the_leftover_check_finds_a_tagged_emulator_and_only_it(tmp_path):
+    """What the signal tests rely on: a running emulator launched under a
+    tag is found, one under another tag or none is not, nor once stopped."""
+    tagged = subprocess.Popen([PY, "-m", "findings", "emulate", "--port", "0", "--speed", "2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=_tagged(str(tmp_path)))
+    other, _ = start_emulator("--speed", "2")
+    try:
+        assert tagged.stdout is not None and "listening on" in tagged.stdout.readline()
+        left = _left_running(str(tmp_path))
+        assert len(left) == 1 and "--speed 2" in left[0], left
+        assert not _left_running(str(tmp_path / "another"))
+    finally:
+        for proc in (tagged, other):
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert not _left_running(str(tmp_path))
+
+
 def _stored(store: Path) -> list[Path]:
     """Stored run files only: pathlib's glob also matches the writer's hidden temp files."""
     return [p for p in (store / "runs").glob("*.json") if not p.name.startswith(".")]
@@ -236,7 +282,8 @@ def test_a_signal_keeps_finished_points_and_stops_every_server(tmp_path, store, 
     matrix.write_text(MATRIX.replace("SPEED", speed))
     proc = subprocess.Popen([str(Path(PY).parent / "findings"), "--store", str(store), "bench", str(matrix),
                              "--no-progress", "--log-dir", str(tmp_path / "logs")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=_tagged(str(tmp_path)))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(_stored(store)) < 2:
         time.sleep(0.1)
@@ -249,18 +296,8 @@ def test_a_signal_keeps_finished_points_and_stops_every_server(tmp_path, store, 
     assert not list((store / "runs").glob(".tmp-*"))
     store_mod.load(store)
     time.sleep(0.5)
-    ps = subprocess.run(["pgrep", "-f", "findings emulate --port"], capture_output=True, text=True)
-    for pid in ps.stdout.split():
-        if int(pid) == os.getpid():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue  # gone meanwhile
-        # Only this checkout's emulators: another checkout's tests may be running on the machine.
-        if cmd.split(" ", 1)[0] != PY:
-            continue
-        assert f"--speed {speed}" not in cmd, f"emulator left running: {cmd}"
+    left = _left_running(str(tmp_path))
+    assert not left, f"emulator left running: {left}"
 
 
 WORKERS_MATRIX = """
@@ -292,7 +329,8 @@ def test_a_signal_mid_point_stops_every_worker_and_server(tmp_path, store, sig):
     matrix.write_text(WORKERS_MATRIX)
     proc = subprocess.Popen([str(Path(PY).parent / "findings"), "--store", str(store), "bench", str(matrix),
                              "--no-progress", "--log-dir", str(tmp_path / "logs"), "--create"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=_tagged(str(tmp_path)))
     deadline = time.monotonic() + 90
     workers: list[int] = []
     while time.monotonic() < deadline and len(workers) < 2:
@@ -308,14 +346,8 @@ def test_a_signal_mid_point_stops_every_worker_and_server(tmp_path, store, sig):
     assert not list((store / "runs").glob("*.json")) if (store / "runs").is_dir() else True
     time.sleep(0.3)
     assert not any(_alive(w) for w in workers)
-    ps = subprocess.run(["pgrep", "-f", "findings emulate --port"], capture_output=True, text=True)
-    for pid in ps.stdout.split():
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(ROOT) in cmd:  # this checkout's own: another checkout's tests may run theirs beside
-            assert "--speed 0.7" not in cmd or not _alive(int(pid)), f"emulator left running: {cmd} {logs}"
+    left = _left_running(str(tmp_path))
+    assert not left, f"emulator left running: {left} {logs}"
 
 
 def test_the_stop_signal_handlers_are_put_back():

@@ -7,7 +7,11 @@ MODE: 503 (every /generate answers 503), malformed (an SSE stream with a
 broken data line), hostile (well-formed streams, but a server_info full of
 markup and secrets), oneshot (each connection serves one /generate stream,
 kept alive by HTTP/1.1's default, then drops the connection when the next
-request arrives on it, as llama.cpp's server does with streamed responses).
+request arrives on it, as llama.cpp's server does with streamed responses),
+silent (reads each /generate request and never answers it), stall (answers
+with headers and two events, then says nothing more), drip (a whole stream,
+one event every 0.4 s: no silence as long as a 1 s read timeout, and longer
+than it in all).
 """
 
 from __future__ import annotations
@@ -36,6 +40,22 @@ async def respond(method: str, path: str, body: bytes, writer: asyncio.StreamWri
         writer.write(response("200 OK", json.dumps(SERVER_INFO).encode()))
     elif path == "/generate" and MODE == "503":
         writer.write(response("503 Service Unavailable", b'{"error": "overloaded"}'))
+    elif path == "/generate" and MODE == "silent":
+        await asyncio.sleep(3600)
+        return CLOSE
+    elif path == "/generate" and MODE in ("stall", "drip"):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+        for n in range(1, 5):
+            if MODE == "stall" and n == 3:
+                await writer.drain()
+                await asyncio.sleep(3600)
+            meta = {"id": "x", "finish_reason": {"type": "length"} if n == 4 else None,
+                    "prompt_tokens": 4, "completion_tokens": n, "cached_tokens": 0}
+            writer.write(b"data: " + json.dumps({"text": "w " * n, "meta_info": meta}).encode() + b"\n\n")
+            await writer.drain()
+            await asyncio.sleep(0.4)
+        writer.write(b"data: [DONE]\n\n")
+        return CLOSE
     elif path == "/generate" and MODE == "oneshot":
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         for n in range(1, 5):

@@ -507,8 +507,21 @@ class AiohttpTransport:
                     return
                 buf = b""
                 done = False
+                meta_only = parser.meta_only
                 async for chunk in resp.content.iter_any():
                     watch.last = now = clock()
+                    if not buf and meta_only:
+                        # One whole native event in one read (the usual case):
+                        # its meta_info read where it lies, no split (as the raw
+                        # transport's on_event, D158).
+                        meta = _native_meta(chunk, 0, len(chunk))
+                        if meta is not None:
+                            parser.meta(meta, now)
+                            if parser.rec.error:
+                                parser.finish(now)
+                                done = True
+                                break
+                            continue
                     lines = (buf + chunk if buf else chunk).split(b"\n")
                     buf = lines.pop()
                     for line in lines:

@@ -196,6 +196,11 @@ def _headers(api_key: str | None) -> dict[str, str]:
     return h
 
 
+def _read_timeout(parser: Parser, seconds: float) -> None:
+    """A request that got no byte for the read timeout: one kind and message in every transport."""
+    parser.error("timeout", f"no data for {seconds:g} s (read timeout)")
+
+
 def _status_kind(status: int) -> str:
     if status in (500, 503):
         return f"http_{status}"
@@ -506,38 +511,30 @@ class AiohttpTransport:
                     parser.error(_status_kind(resp.status), f"HTTP {resp.status}: {text}")
                     rec.end = clock()
                     return
+                # The stream's events go where the raw transport's go
+                # (stream_handlers): a whole native event in one read is read
+                # where it lies, with no split into lines (D158).
+                on_line, on_event, done = stream_handlers(parser)
                 buf = b""
-                done = False
-                meta_only = parser.meta_only
                 async for chunk in resp.content.iter_any():
                     watch.last = now = clock()
-                    if not buf and meta_only:
-                        # One whole native event in one read (the usual case):
-                        # its meta_info read where it lies, no split (as the raw
-                        # transport's on_event, D158).
-                        meta = _native_meta(chunk, 0, len(chunk))
-                        if meta is not None:
-                            parser.meta(meta, now)
-                            if parser.rec.error:
-                                parser.finish(now)
-                                done = True
+                    if not buf and on_event is not None:
+                        took = on_event(chunk, 0, len(chunk), now)
+                        if took is not None:
+                            if took:
                                 break
                             continue
                     lines = (buf + chunk if buf else chunk).split(b"\n")
                     buf = lines.pop()
                     for line in lines:
-                        if not line or line == b"\r":  # the blank line after each event
-                            continue
-                        if _data(line, parser, now):
-                            parser.finish(now)
-                            done = True
+                        if line and line != b"\r" and on_line(line, now):  # not the blank line after each event
                             break
-                    if done:
+                    if done():
                         break
                 else:
                     parser.finish(clock())
                 self.watching.discard(watch)  # the drain below has a limit of its own
-                if done and not parser.rec.error and not resp.content.is_eof():
+                if done() and not parser.rec.error and not resp.content.is_eof():
                     # Read the end of the body (the chunked terminator follows
                     # [DONE] at once): a response left unread makes aiohttp
                     # close the connection instead of reusing it, and every
@@ -554,13 +551,13 @@ class AiohttpTransport:
                 aiohttp.ClientOSError) as exc:
             parser.error("reset", f"connection lost mid-request: {type(exc).__name__}: {exc}")
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-            parser.error("timeout", f"no data for {self.read_timeout_s:g} s (read timeout)")
+            _read_timeout(parser, self.read_timeout_s)
         except aiohttp.ClientError as exc:
             parser.error("reset", f"{type(exc).__name__}: {exc}")
         except asyncio.CancelledError:
             if not watch.expired or task.uncancel() > 0:
                 raise  # a stop, not (or not only) the read timeout
-            parser.error("timeout", f"no data for {self.read_timeout_s:g} s (read timeout)")
+            _read_timeout(parser, self.read_timeout_s)
         finally:
             self.watching.discard(watch)
         if rec.end is None:
@@ -630,7 +627,7 @@ class HttpxTransport:
         except httpx.ConnectError as exc:
             parser.error("connect", f"cannot connect: {exc}")
         except httpx.ReadTimeout:
-            parser.error("timeout", f"no data for {self.read_timeout_s:g} s (read timeout)")
+            _read_timeout(parser, self.read_timeout_s)
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             parser.error("reset", f"connection lost mid-request: {type(exc).__name__}: {exc}")
         except httpx.HTTPError as exc:
@@ -987,7 +984,7 @@ class RawTransport:
                 self.no_reuse = True
                 continue
             if not ok:
-                parser.error("timeout", f"no data for {self.read_timeout_s:g} s (read timeout)")
+                _read_timeout(parser, self.read_timeout_s)
             elif ex.status != 200 and ex.status:
                 text = b"".join(ex.body).decode("utf-8", errors="replace")[:300]
                 parser.error(_status_kind(ex.status), f"HTTP {ex.status}: {text}")

@@ -171,6 +171,47 @@ def test_reference_client_against_the_firehose(tmp_path: Path) -> None:
     assert all(r["events"][0][2] >= r["server_arrival_wall"] for r in d["requests"])
 
 
+def _floor(url: str, mode: str, out: Path, n: int = 9) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([PY, str(ROOT / "benchmarks" / "perf" / "floorclient.py"), url, "--mode", mode,
+                           "--concurrency", "3", "--num-prompts", str(n), "--output-len", "16", "--out", str(out)],
+                          timeout=60)
+
+
+def test_floor_clients_read_every_response_to_its_end(tmp_path: Path) -> None:
+    """The yardsticks of the efficiency section (D159) send what ours sends
+    and wait for each response's end before the next: the emulator's log
+    has every request, each streamed whole, the warm-up ones included."""
+    log = tmp_path / "truth.jsonl"
+    proc, url = start_emulator("--profile", "firehose", "--ground-truth-log", str(log))
+    got = {}
+    try:
+        for mode in ("aiohttp", "protocol"):
+            out = tmp_path / f"{mode}.json"
+            assert _floor(url, mode, out).returncode == 0
+            got[mode] = json.loads(out.read_text())
+    finally:
+        _stop(proc)
+    assert [d["completed"] for d in got.values()] == [9, 9]
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(recs) == 2 * (9 + 2) and all(len(r["events"]) == 16 for r in recs)
+    # aiohttp's reader gives the body alone; the protocol reads the heads and the chunk sizes too
+    assert got["protocol"]["bytes"] > got["aiohttp"]["bytes"] > 11 * 16 * 100
+
+
+@pytest.mark.parametrize("mode", ["aiohttp", "protocol"])
+def test_a_floor_client_fails_when_responses_are_errors(tmp_path: Path, mode: str) -> None:
+    """An error response (sized, not chunked) ends the request, and the run
+    fails: a yardstick that was refused measures nothing."""
+    proc, url = start_emulator("--profile", "firehose", "--fail-share", "1", "--fail-how", "http:500")
+    out = tmp_path / "floor.json"
+    try:
+        done = _floor(url, mode, out, n=4)
+    finally:
+        _stop(proc)
+    assert done.returncode == 1
+    assert json.loads(out.read_text())["completed"] < 4
+
+
 def _perf_module() -> Any:
     spec = importlib.util.spec_from_file_location("perf_harness", ROOT / "benchmarks" / "perf" / "perf.py")
     assert spec and spec.loader

@@ -80,6 +80,10 @@ AIPERF_VENV = Path(os.environ.get("AIPERF_VENV", ROOT / "build" / "aiperf" / "ve
 
 OURS, PEER, REF, AIPERF = "findings-bench", "sglang.bench_serving", "aiohttp-reference", "aiperf"
 OURS_RAW = "findings-bench-raw"  # findings bench --transport raw (D125)
+#: Yardsticks, not clients (floorclient.py, D159): what a client on aiohttp's
+#: streaming reader, and on the event loop alone, pays per event doing nothing.
+FLOOR_AIOHTTP, FLOOR_PROTOCOL = "floor-aiohttp", "floor-protocol"
+FLOORS = (FLOOR_AIOHTTP, FLOOR_PROTOCOL)
 
 
 def log(msg: str) -> None:
@@ -517,6 +521,21 @@ def aiperf_client(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: 
             "client_cpu_s": cpu, "client_wall_s": wall}
 
 
+def floor_client(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int, timeout: float,
+                 watch: list[tuple[float, float]] | None, mode: str) -> dict[str, float]:
+    """floorclient.py (D159): the same requests as ours, every byte read and dropped."""
+    out = work / f"floor-{tag}.json"
+    cmd = [*pin(1), str(PY), str(HERE / "floorclient.py"), emu.url, "--mode", mode, "--concurrency", str(c),
+           "--num-prompts", str(n), "--output-len", str(out_len), "--out", str(out)]
+    rc, wall, cpu = run_client(cmd, work / f"client-{tag}.log", timeout, watch)
+    if rc != 0 or not out.exists():
+        raise SystemExit(f"perf: the floor client ({mode}) failed (exit {rc}); log {work / f'client-{tag}.log'}")
+    d = json.loads(out.read_text(encoding="utf-8"))
+    return {"completed": float(d["completed"]), "duration": d["duration_s"],
+            "output_throughput_tok_s": d["completed"] * out_len / d["duration_s"], "client_cpu_s": cpu,
+            "client_wall_s": wall}
+
+
 def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     """Tokens per client CPU-second against the firehose at C = 64, 250 and
     1000: ours (one worker), sglang.bench_serving and AIPerf, each against a
@@ -529,7 +548,8 @@ def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]
     used between the first arrival and the last write at the server: the
     cost of streaming, its start-up and result files left out. The CPU of
     the whole run, start to exit, is reported beside it. ``--efficiency-rounds``
-    rounds (2), each every client at every C in turn; the best is kept."""
+    rounds (2), each every client at every C in turn; the best is kept.
+    The floor clients (floorclient.py, D159) are measured the same way."""
     plan = [(64, 256, 64), (250, 500, 64)] if a.quick else [(64, 1000, 256), (250, 1000, 256), (1000, 2000, 256)]
     rows: list[dict[str, Any]] = []
 
@@ -542,15 +562,19 @@ def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]
                 "client_cpu_s": cpu, "client_wall_s": wall, "client_cpu_fraction": m["client_cpu_fraction"],
                 "point_cpu_s": m["client_cpu_s"]}
 
+    def floor_of(mode: str) -> Any:
+        return lambda emu, tag, c, n, o, watch: floor_client(emu, work, tag, c, n, o, a.client_timeout, watch, mode)
+
     fns = {OURS: ours_eff,
            OURS_RAW: lambda emu, tag, c, n, o, watch: ours_eff(emu, tag, c, n, o, watch, "raw"),
            PEER: lambda emu, tag, c, n, o, watch: peer(emu, work, tag, c, n, o, a.client_timeout, watch),
-           AIPERF: lambda emu, tag, c, n, o, watch: aiperf_client(emu, work, tag, c, n, o, a.client_timeout, watch)}
+           AIPERF: lambda emu, tag, c, n, o, watch: aiperf_client(emu, work, tag, c, n, o, a.client_timeout, watch),
+           **{floor: floor_of(floor.split("-", 1)[1]) for floor in FLOORS}}
     best: dict[tuple[str, int], dict[str, Any]] = {}
     seen: dict[tuple[str, int], list[float]] = {}
     for rnd, (c, n, out_len, client) in ((r, x) for r in range(1, a.efficiency_rounds + 1)
                                          for x in ((c, n, o, cl) for c, n, o in plan
-                                                   for cl in (OURS, OURS_RAW, PEER, AIPERF))):
+                                                   for cl in (OURS, OURS_RAW, PEER, AIPERF, *FLOORS))):
             if client not in a.clients:
                 continue
             tag = f"eff-c{c}-{client.replace('.', '_')}-r{rnd}"
@@ -897,7 +921,7 @@ def main() -> int:
     ap.add_argument("--settings", type=Path, default=HERE / "findings.toml")
     ap.add_argument("--work", type=Path, default=ROOT / "build" / "perf")
     ap.add_argument("--sections", default="clients,openloop,efficiency,workers,emulator,render")
-    ap.add_argument("--clients", default=f"{OURS},{OURS_RAW},{PEER},{REF},{AIPERF}")
+    ap.add_argument("--clients", default=",".join((OURS, OURS_RAW, PEER, REF, AIPERF, *FLOORS)))
     ap.add_argument("--quick", action="store_true", help="small sizes (for trying the harness; not published)")
     ap.add_argument("--client-timeout", type=float, default=300.0)
     ap.add_argument("--emulator-sweep", default="", metavar="SPEED:C,...",
@@ -932,6 +956,9 @@ def main() -> int:
         rows += sections[name](a, work)
     env = environment(a)
     env["wall_s"] = round(time.perf_counter() - t0, 1)
+    from findings import store as store_mod
+
+    store_mod.create(a.store)  # a new --store: a store before its inputs/ folder (else ingest refuses the folder)
     csv_path = a.store / "inputs" / f"{campaign}.csv"
     env_path = a.store / "inputs" / f"{campaign}.environment.toml"
     write_outputs(rows, campaign, now.strftime("%Y-%m-%d"), csv_path, env_path, env)

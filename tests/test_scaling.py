@@ -383,8 +383,10 @@ def test_render_scaling_builds_exact_deterministic_stores(tmp_path):
     assert len(data.points) == 300 and data.campaigns == tuple(sorted(data.campaigns, key=lambda c: c.sort_key))
     assert list((a / "runs").glob(f"*{store.SIDECAR_SUFFIX}"))  # the records in sidecars, the same bytes too
     rows = mod.measure([120], tmp_path / "work")  # also checks the cached document against the uncached one
-    assert [r["command"] for r in rows] == ["render", "conclusions", "render-cold-cache", "render-new-campaign",
-                                            "render-warm", "write"]
+    assert [r["command"] for r in rows] == ["render", "conclusions", "parse-floor", "render-cold-cache",
+                                            "render-new-campaign", "render-warm", "write"]
+    # The floor (D160) read every run file: it prints the points it parsed.
+    assert (tmp_path / "work" / "parse-floor-120.out").read_text().split() == ["120"]
     assert {"size", "command", "wall_s", "peak_rss_mib", "store_mib", "bytes_per_point", "runs",
             "points_with_requests"} <= set(rows[0])
     assert all(r["wall_s"] > 0 and r["bytes_per_point"] > 0 for r in rows)
@@ -397,8 +399,11 @@ def test_render_scaling_builds_exact_deterministic_stores(tmp_path):
     assert len(shaped.points) == 300 and len({p.run_id for p in shaped.points}) == 300
     assert sorted((p.campaign, p.config, p.workload, p.concurrency, sorted(p.metrics.items())) for p in shaped.points) == \
         sorted((p.campaign, p.config, p.workload, p.concurrency, sorted(p.metrics.items())) for p in data.points)
-    [row] = mod.measure_bench_shape(300, tmp_path / "work")
+    row, floor = mod.measure_bench_shape(300, tmp_path / "work")
     assert row["command"] == "render-bench-shape" and row["runs"] == 300 and row["wall_s"] > 0
+    assert floor["command"] == "parse-floor-bench-shape" and floor["runs"] == 300 and floor["wall_s"] > 0
+    # 300 files: two processes read them, as the render does from 256 on, and every point is counted once.
+    assert mod.PARSE_FLOOR.is_file() and (tmp_path / "work" / "parse-floor-bench-300.out").read_text().split() == ["300"]
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -23,7 +23,8 @@ Six sections (docs/performance.md is rendered from their results):
 - ``efficiency``: tokens per client CPU-second against the firehose at
   C = 64, 250 and 1000 for ours (one worker), sglang.bench_serving and
   AIPerf 0.13.0 (its own venv: benchmarks/aiperf/setup.sh), the CPU of each
-  client's process tree over the emulator's streaming window (D122).
+  client's process tree over the emulator's streaming window (D122); and two
+  yardsticks that read the responses and do nothing else (floorclient.py, D159).
 - ``workers``: ``findings bench --workers`` 1 and 2: capacity against the
   firehose (and the most requests in flight at the emulator), open loops at
   100 and 1,000 requests/s (send lateness, achieved rate, KS at the
@@ -33,7 +34,8 @@ Six sections (docs/performance.md is rendered from their results):
 - ``render``: ``findings render`` and ``findings conclusions`` on synthetic
   stores of 1k, 10k, 100k and 1M points (benchmarks/perf/render_scaling.py):
   without the render cache, into an empty one, after a new campaign, warm;
-  write latency and bytes per point at each size.
+  write latency and bytes per point at each size; and the run files read
+  and parsed, nothing else (parse_floor.py, D160).
 
 With two or more cores, the emulator is pinned to core 0 and the client
 under test to core 1 (taskset), so that each side has one core.

@@ -328,6 +328,15 @@ def timed(argv: list[str], cwd: Path, stdout: Path, env: dict[str, str] | None =
 #: Environment of a command run without the render cache (cold: it reads every run file).
 NO_CACHE = {"FINDINGS_CACHE": "off"}
 
+#: Every run file read and parsed, nothing else, as a render without the cache reads them (D160).
+PARSE_FLOOR = Path(__file__).resolve().parent / "parse_floor.py"
+
+
+def parse_floor(folder: Path, workdir: Path, name: str, repeats: int) -> tuple[float, float]:
+    """``parse_floor.py`` on ``folder``'s run files, in a fresh process: (wall s, peak RSS MiB)."""
+    return best_of(repeats, [sys.executable, str(PARSE_FLOOR), str(folder / "runs")], workdir,
+                   workdir / f"{name}.out")
+
 
 def _last_campaign(folder: Path) -> tuple[list[Path], list[Path]]:
     """The store's files: (those of every campaign but the last, the last's)."""
@@ -382,6 +391,7 @@ def measure(sizes: list[int] | tuple[int, ...] = DEFAULT_SIZES, workdir: Path | 
     - ``render-new-campaign``: then with the last campaign's run files added
       (the earlier runs from the cache, the document derived again);
     - ``render-warm``: then again, nothing changed;
+    - ``parse-floor``: every run file read and parsed, nothing else (parse_floor.py, D160);
     - ``write``: ``store.add_run`` of one run into the whole store (in process, median of 4).
     """
     workdir = Path(workdir).resolve()
@@ -405,6 +415,7 @@ def measure(sizes: list[int] | tuple[int, ...] = DEFAULT_SIZES, workdir: Path | 
         }
         for name, argv in commands.items():
             row(name, *best_of(repeats, argv, workdir, workdir / f"{name}-{size}.out", NO_CACHE))
+        row("parse-floor", *parse_floor(folder, workdir, f"parse-floor-{size}", repeats))
         # The cache: the store less its last campaign, then the campaign added.
         grown = workdir / f"grown-{size}"
         cache = workdir / f"cache-{size}"
@@ -439,11 +450,13 @@ def measure_bench_shape(size: int, workdir: Path | str = "build/perf/render", se
     folder, stats = _cached_store(workdir, size, seed, False, REQUEST_FRACTION, shape="bench")
     argv = _findings_cmd() + ["--store", str(folder), "--settings", str(settings), "render", "--output",
                               str(workdir / f"doc-{size}-bench.md")]
+    common = {"store_mib": round(_store_mib(folder), 1),
+              "bytes_per_point": round(_store_bytes(folder) / max(1, stats["points"])), "runs": stats["runs"],
+              "points_with_requests": stats["points_with_requests"]}
     best = best_of(repeats, argv, workdir, workdir / f"render-bench-{size}.out", NO_CACHE)
-    return [{"size": size, "command": "render-bench-shape", "wall_s": round(best[0], 3),
-             "peak_rss_mib": round(best[1], 1), "store_mib": round(_store_mib(folder), 1),
-             "bytes_per_point": round(_store_bytes(folder) / max(1, stats["points"])), "runs": stats["runs"],
-             "points_with_requests": stats["points_with_requests"]}]
+    floor = parse_floor(folder, workdir, f"parse-floor-bench-{size}", repeats)
+    return [{"size": size, "command": command, "wall_s": round(wall, 3), "peak_rss_mib": round(rss, 1), **common}
+            for command, (wall, rss) in (("render-bench-shape", best), ("parse-floor-bench-shape", floor))]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,11 +30,11 @@ import json
 import random
 import sys
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
-
-from typing import Any
+from refclient import load_options, write_result  # a sibling script: the same load options and output
 
 uvloop: Any
 try:
@@ -172,30 +172,18 @@ async def run_protocol(a: argparse.Namespace, bodies: list[bytes]) -> tuple[int,
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("url")
+    load_options(p)
     p.add_argument("--mode", choices=("aiohttp", "protocol"), required=True)
-    p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--num-prompts", type=int, default=1000)
-    p.add_argument("--input-len", type=int, default=32)
-    p.add_argument("--output-len", type=int, default=256)
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", default="-")
     a = p.parse_args()
     rng = random.Random(a.seed)
     bodies = [body(rng, a.input_len, a.output_len, f"floor-{i}") for i in range(a.warmup + a.num_prompts)]
     fn = run_aiohttp if a.mode == "aiohttp" else run_protocol
     t0 = time.perf_counter()
     completed, read = (uvloop.run if uvloop is not None else asyncio.run)(fn(a, bodies))
-    dur = time.perf_counter() - t0
-    text = json.dumps({"client": f"floor-{a.mode}", "concurrency": a.concurrency, "num_prompts": a.num_prompts,
-                       "output_len": a.output_len, "completed": completed, "bytes": read, "duration_s": dur,
-                       "loop": "uvloop" if uvloop is not None else "asyncio"})
-    if a.out == "-":
-        print(text)
-    else:
-        with open(a.out, "w", encoding="utf-8") as fh:
-            fh.write(text)
+    write_result({"client": f"floor-{a.mode}", "concurrency": a.concurrency, "num_prompts": a.num_prompts,
+                  "output_len": a.output_len, "completed": completed, "bytes": read,
+                  "duration_s": time.perf_counter() - t0, "loop": "uvloop" if uvloop is not None else "asyncio"},
+                 a.out)
     return 0 if completed == a.num_prompts else 1
 
 

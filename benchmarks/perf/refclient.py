@@ -81,8 +81,8 @@ async def main_async(a: argparse.Namespace) -> dict:
             "requests": recs if a.keep_requests else None}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def load_options(p: argparse.ArgumentParser) -> None:
+    """The load this client and floorclient.py drive, and where the result goes."""
     p.add_argument("url")
     p.add_argument("--concurrency", type=int, default=64)
     p.add_argument("--num-prompts", type=int, default=1000)
@@ -90,16 +90,25 @@ def main() -> int:
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--keep-requests", action="store_true")
     p.add_argument("--out", default="-")
-    a = p.parse_args()
-    res = asyncio.run(main_async(a))
+
+
+def write_result(res: dict[str, object], out: str) -> None:
+    """The result as one JSON object: on stdout for ``-``, else in the file ``out``."""
     text = json.dumps(res)
-    if a.out == "-":
+    if out == "-":
         print(text)
     else:
-        with open(a.out, "w", encoding="utf-8") as fh:
+        with open(out, "w", encoding="utf-8") as fh:
             fh.write(text)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    load_options(p)
+    p.add_argument("--keep-requests", action="store_true")
+    a = p.parse_args()
+    write_result(asyncio.run(main_async(a)), a.out)
     return 0
 
 

@@ -4,27 +4,25 @@ and parsed, nothing else (docs/decisions.md D160).
 It reads each ``runs/*.json`` of a store and parses it with orjson, the
 parser the store reads run files with (findings/core/jsonfast.py), and
 drops the result: no check, no point, no derivation. From ``SPLIT`` files
-on, with two cores free, a forked process takes the second half, as the
-render's own reader does (findings/document/cache.py, D133). The render
+on (``--split``, given by render_scaling.py: the render's own threshold,
+findings/document/cache.py ``PARALLEL_FILES``), with two cores free, a
+forked process takes the second half, as the render's reader does (D133). The render
 reads no sidecar: each run file holds its points' series (D109).
 
 render_scaling.py times it in a fresh process, like the commands it
 measures: what it takes is what any cold render of that store must take,
 start-up included, on this machine.
 
-    python benchmarks/perf/parse_floor.py STORE/runs
+    python benchmarks/perf/parse_floor.py STORE/runs --split 256
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
 import orjson
-
-#: From this many files on, two processes read (the render's reader: cache.PARALLEL_FILES).
-SPLIT = 256
-
 
 def parse(folder: str, names: list[str]) -> int:
     """Read and parse each file; the number of points read."""
@@ -37,10 +35,14 @@ def parse(folder: str, names: list[str]) -> int:
 
 
 def main() -> int:
-    folder = sys.argv[1]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folder")
+    p.add_argument("--split", type=int, required=True, help="from this many files on, two processes read")
+    a = p.parse_args()
+    folder = a.folder
     names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith("."))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if len(names) < SPLIT or cores < 2 or not hasattr(os, "fork"):
+    if len(names) < a.split or cores < 2 or not hasattr(os, "fork"):
         print(parse(folder, names))
         return 0
     half = len(names) // 2

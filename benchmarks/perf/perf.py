@@ -72,6 +72,8 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks" / "peer"))
 import crosscheck  # noqa: E402 (a sibling script: its emulator process wrapper)
 
+from findings import store as store_mod  # noqa: E402
+
 PY = ROOT / ".venv" / "bin" / "python"
 FINDINGS = ROOT / ".venv" / "bin" / "findings"
 PEER_PY = ROOT / "benchmarks" / "peer" / "peer-python"
@@ -84,8 +86,7 @@ OURS, PEER, REF, AIPERF = "findings-bench", "sglang.bench_serving", "aiohttp-ref
 OURS_RAW = "findings-bench-raw"  # findings bench --transport raw (D125)
 #: Yardsticks, not clients (floorclient.py, D159): what a client on aiohttp's
 #: streaming reader, and on the event loop alone, pays per event doing nothing.
-FLOOR_AIOHTTP, FLOOR_PROTOCOL = "floor-aiohttp", "floor-protocol"
-FLOORS = (FLOOR_AIOHTTP, FLOOR_PROTOCOL)
+FLOORS = {"floor-aiohttp": "aiohttp", "floor-protocol": "protocol"}  # name -> floorclient.py --mode
 
 
 def log(msg: str) -> None:
@@ -571,7 +572,7 @@ def section_efficiency(a: argparse.Namespace, work: Path) -> list[dict[str, Any]
            OURS_RAW: lambda emu, tag, c, n, o, watch: ours_eff(emu, tag, c, n, o, watch, "raw"),
            PEER: lambda emu, tag, c, n, o, watch: peer(emu, work, tag, c, n, o, a.client_timeout, watch),
            AIPERF: lambda emu, tag, c, n, o, watch: aiperf_client(emu, work, tag, c, n, o, a.client_timeout, watch),
-           **{floor: floor_of(floor.split("-", 1)[1]) for floor in FLOORS}}
+           **{floor: floor_of(mode) for floor, mode in FLOORS.items()}}
     best: dict[tuple[str, int], dict[str, Any]] = {}
     seen: dict[tuple[str, int], list[float]] = {}
     for rnd, (c, n, out_len, client) in ((r, x) for r in range(1, a.efficiency_rounds + 1)
@@ -958,8 +959,6 @@ def main() -> int:
         rows += sections[name](a, work)
     env = environment(a)
     env["wall_s"] = round(time.perf_counter() - t0, 1)
-    from findings import store as store_mod
-
     store_mod.create(a.store)  # a new --store: a store before its inputs/ folder (else ingest refuses the folder)
     csv_path = a.store / "inputs" / f"{campaign}.csv"
     env_path = a.store / "inputs" / f"{campaign}.environment.toml"

@@ -42,6 +42,7 @@ if str(REPO) not in sys.path:
 
 from findings import store as store_mod  # noqa: E402
 from findings.core.model import THROUGHPUT, Campaign, Point, Run, Scalar  # noqa: E402
+from findings.document.cache import PARALLEL_FILES  # noqa: E402
 from findings.store.schema import SCHEMA_VERSION, point_id  # noqa: E402
 
 #: Bump when the generated shape changes, so cached stores are rebuilt
@@ -334,8 +335,8 @@ PARSE_FLOOR = Path(__file__).resolve().parent / "parse_floor.py"
 
 def parse_floor(folder: Path, workdir: Path, name: str, repeats: int) -> tuple[float, float]:
     """``parse_floor.py`` on ``folder``'s run files, in a fresh process: (wall s, peak RSS MiB)."""
-    return best_of(repeats, [sys.executable, str(PARSE_FLOOR), str(folder / "runs")], workdir,
-                   workdir / f"{name}.out")
+    return best_of(repeats, [sys.executable, str(PARSE_FLOOR), str(folder / "runs"), "--split",
+                             str(PARALLEL_FILES)], workdir, workdir / f"{name}.out")
 
 
 def _last_campaign(folder: Path) -> tuple[list[Path], list[Path]]:

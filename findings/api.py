@@ -14,17 +14,17 @@ from findings import store
 from findings.core import aside, diskio, fmt
 from findings.core.errors import FindingsError
 from findings.core.model import THROUGHPUT, Dataset
-from findings.decide import decide
-from findings.decide import deploy as deploy_lib
 from findings.derive import caveats, regressions
 from findings.derive import openloop as load_verdicts
 from findings.derive.analysis import SIMULATED_SUFFIX
 from findings.derive.derived import Derived, derive
 from findings.document import cache as rendercache
-from findings.document import openloop as present
-from findings.document import pivot, render, report
-from findings.document.prose import latency, policy, throughput
 from findings.document.settings import Settings
+
+# The document's modules (numpy through the open-loop and pivot tables,
+# jinja2 through the renderer) and the decisions are imported by the
+# functions that build or decide, not here: a render the cache answers, and
+# every other command's start, skip them (D161).
 
 if TYPE_CHECKING:  # the bench package imports aiohttp: kept off the render path
     from findings.bench.matrix import Matrix
@@ -121,6 +121,8 @@ def _document(settings: Settings, document: Path, d: Derived, acts: list[str],
               edited: tuple[str, ...] = (), compiled: Path | None = None) -> tuple[str, dict[str, Any]]:
     """``compiled``: where the templates' compiled code is kept (the render
     cache's, D140), or None: compiled afresh."""
+    from findings.decide import decide
+    from findings.document import pivot, render, report
     if not d.data.points:
         raise FindingsError(f"{settings.store}: the store holds no points; ingest some first")
     doc = report.build(d, decide(d), settings.title, _label(settings), settings.slo,
@@ -178,6 +180,7 @@ def render_document(settings: Settings, output: str | None = None, check: bool =
     if check:
         if old == text:
             return Rendered(path, changed=False)
+        from findings.document import render
         diff = render.short_diff(old or "", text, str(path)) if old is not None else f"{path} does not exist"
         return Rendered(path, changed=True, diff=diff)
     if plots:
@@ -203,6 +206,7 @@ def conclusions_json(settings: Settings) -> str:
 
 def conclusions_text(settings: Settings) -> str:
     """The conclusions as short plain text for a terminal."""
+    from findings.document.prose import latency, policy, throughput
     d = derived(settings)
     data, flags, done = d.data, d.flags, d.concluded
     result = done.conclusions
@@ -248,6 +252,7 @@ def _open_loop_lines(d: Derived) -> list[str]:
     """The open-loop workloads (judged by request rate), as the document's
     open-loop section says them: each candidate's policy, what each config
     sustains under the SLO, and the replay's verdicts."""
+    from findings.document import openloop as present
     lines: list[str] = []
     for oc in d.open_loop:
         lines.append("")
@@ -276,6 +281,7 @@ def deploy(settings: Settings, *, workload: str | None = None, config: str | Non
            draft_model: str | None = None, device: str | None = None) -> str:
     """``findings deploy``: the engine settings of every derived policy; the
     SGLang adaptive files are written under ``out`` (atomically)."""
+    from findings.decide import deploy as deploy_lib
     d = derived(settings)
     data, conclusions_, open_loop = d.data, d.conclusions, d.open_loop
     engines = deploy_lib.ENGINES if engine == "all" else (engine,)

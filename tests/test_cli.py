@@ -85,3 +85,37 @@ def test_importing_the_package_has_no_side_effects():
             "print('click' in sys.modules, 'aiohttp' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "False False"
+
+
+def test_a_render_the_cache_answers_imports_neither_numpy_nor_jinja2(tmp_path):
+    """A render whose document the render cache holds, and every command's
+    start, skip the document's modules and the decisions (D161): a real
+    render fills the cache, then a second process renders again and says
+    what it imported."""
+    store = tmp_path / "store"
+    env = {**os.environ, "FINDINGS_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("FINDINGS_CACHE", None)
+    subprocess.run([sys.executable, "-m", "findings", "--store", str(store), "ingest", "table",
+                    str(HISTORY / "measurements.csv"), "--configs", str(HISTORY / "configs.csv"), "--create"],
+                   check=True, capture_output=True, env=env, timeout=120, cwd=tmp_path)
+    out = tmp_path / "doc.md"
+    argv = ["--store", str(store), "render", "--output", str(out)]
+    first = subprocess.run([sys.executable, "-m", "findings", *argv], capture_output=True, text=True, env=env,
+                           timeout=120, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    code = ("import sys, runpy; sys.argv = ['findings', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('findings', run_name='__main__')\n"
+            "except SystemExit as e:\n    code = e.code\nelse:\n    code = 0\n"
+            "heavy = [m for m in ('numpy', 'jinja2', 'findings.document.report', 'findings.decide') if m in sys.modules]\n"
+            "print('IMPORTED', ' '.join(heavy) or '-', code)")
+    again = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=120,
+                           cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"unchanged {out}" in again.stdout
+    assert again.stdout.strip().splitlines()[-1] == "IMPORTED - 0"
+    # The same check on a cold cache imports them (so the check above can fail).
+    env["FINDINGS_CACHE_DIR"] = str(tmp_path / "cold")
+    cold = subprocess.run([sys.executable, "-c", code, *argv[:-1], str(tmp_path / "doc2.md")], capture_output=True,
+                          text=True, env=env, timeout=120, cwd=tmp_path)
+    assert cold.returncode == 0, cold.stderr
+    assert "numpy" in cold.stdout.strip().splitlines()[-1] and "jinja2" in cold.stdout

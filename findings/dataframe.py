@@ -10,7 +10,7 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from findings.core import diskio
 from findings import store
@@ -57,54 +57,96 @@ def _repeats(data: Dataset) -> dict[str, int]:
     return out
 
 
-def _cell(v: Scalar) -> Any:
-    return None if v is None else v
-
-
 def frame(data: Dataset, gates: Any, requests: bool = False) -> Any:
     """One row per stored point (and, with ``requests``, a second frame of
-    per-request records): see docs/frame.md."""
+    per-request records): see docs/frame.md.
+
+    Built in columns (issue 38, D163): the metrics straight from their
+    packed doubles into float64 arrays, each config's facts and each
+    distinct set of workload parameters typed once and spread over their
+    rows by index, so that no column holds a Python object per row on its
+    way in."""
     pd = _pandas()
+    import numpy as np  # pandas' own dependency, imported with it
     flags = flagged(data, gates)
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
     campaigns = {c.name: c for c in data.campaigns}
     repeats = _repeats(data)
-    metric_names = sorted({k for p in data.points for k in p.metrics})
+    pts = data.points
+    order = sorted(range(len(pts)), key=lambda i: (rank[pts[i].campaign], pts[i].workload, pts[i].config,
+                                                   pts[i].concurrency, pts[i].id))
+    ordered = [pts[i] for i in order]
+    metrics = _metric_columns(np, [p.metrics for p in ordered])
     fixed = {name for name, _ in FIXED}
-    metric_cols = {m: f"metric_{m}" if m in fixed else m for m in metric_names}
     fact_names = sorted({k for facts in data.facts.values() for k in facts} | {k for f in data.configs.values() for k in f})
-    param_names = sorted({k for p in data.points for k in p.workload_params})
-    rows: dict[str, list[Any]] = {name: [] for name, _ in FIXED}
-    rows.update({metric_cols[m]: [] for m in metric_names})
-    rows.update({f"fact_{f}": [] for f in fact_names})
-    rows.update({f"param_{k}": [] for k in param_names})
-    ordered = sorted(data.points, key=lambda p: (rank[p.campaign], p.workload, p.config, p.concurrency, p.id))
+    param_names = sorted({k for p in pts for k in p.workload_params})
+    cs = [campaigns[p.campaign] for p in ordered]
+    why = [flags.get(p.id, ()) for p in ordered]
+    fixed_values: dict[str, list[Any]] = {
+        "point_id": [p.id for p in ordered], "run_id": [p.run_id for p in ordered],
+        "campaign": [p.campaign for p in ordered], "campaign_date": [c.date for c in cs],
+        "campaign_order": [c.order for c in cs], "replay_order": [rank[p.campaign] for p in ordered],
+        "workload": [p.workload for p in ordered], "config": [p.config for p in ordered],
+        "concurrency": [p.concurrency for p in ordered], "repeat": [repeats[p.id] for p in ordered],
+        "source": [p.source for p in ordered], "simulated": [p.simulated for p in ordered],
+        "flagged": [bool(w) for w in why], "flag_reasons": ["; ".join(w) or None for w in why],
+    }
+    columns: dict[str, Any] = {name: pd.Series(fixed_values[name], dtype=object).astype(dtype)
+                               for name, dtype in FIXED}
+    for m in sorted(metrics):
+        columns[f"metric_{m}" if m in fixed else m] = pd.Series(metrics[m], dtype="float64")
+    # Facts: one dict per (config, campaign); parameters: one dict per
+    # distinct set (shared by the reader, D136). Each column is typed from
+    # the values of those dicts and taken row by row through their index.
+    fact_groups: dict[tuple[str, str], int] = {}
+    fact_dicts: list[Any] = []
+    fact_codes = [fact_groups.setdefault((p.config, p.campaign), len(fact_groups)) for p in ordered]
+    for config, campaign in fact_groups:
+        fact_dicts.append(data.facts_of(config, campaign))
+    param_groups: dict[int, int] = {}
+    param_dicts: list[Any] = []
+    param_codes = []
     for p in ordered:
-        c = campaigns[p.campaign]
-        why = flags.get(p.id, ())
-        for name, value in (("point_id", p.id), ("run_id", p.run_id), ("campaign", p.campaign),
-                            ("campaign_date", c.date), ("campaign_order", c.order), ("replay_order", rank[p.campaign]),
-                            ("workload", p.workload), ("config", p.config), ("concurrency", p.concurrency),
-                            ("repeat", repeats[p.id]), ("source", p.source), ("simulated", p.simulated),
-                            ("flagged", bool(why)), ("flag_reasons", "; ".join(why) or None)):
-            rows[name].append(value)
-        for m in metric_names:
-            rows[metric_cols[m]].append(p.metrics.get(m, math.nan))
-        facts = data.facts_of(p.config, p.campaign)
-        for f in fact_names:
-            rows[f"fact_{f}"].append(_cell(facts.get(f)))
-        for k in param_names:
-            rows[f"param_{k}"].append(_cell(p.workload_params.get(k)))
-    points = pd.DataFrame({name: pd.Series(values, dtype=object) for name, values in rows.items()})
-    for name, dtype in FIXED:
-        points[name] = points[name].astype(dtype)
-    for m in metric_names:
-        points[metric_cols[m]] = points[metric_cols[m]].astype("float64")
-    for col in [c for c in points.columns if c.startswith(("fact_", "param_"))]:
-        points[col] = _typed(pd, points[col])
+        k = param_groups.get(id(p.workload_params))
+        if k is None:
+            k = param_groups[id(p.workload_params)] = len(param_dicts)
+            param_dicts.append(p.workload_params)
+        param_codes.append(k)
+    for prefix, names, dicts, codes in (("fact_", fact_names, fact_dicts, fact_codes),
+                                        ("param_", param_names, param_dicts, param_codes)):
+        taken = np.asarray(codes, dtype=np.intp)
+        for name in names:
+            columns[f"{prefix}{name}"] = _typed_by_index(pd, [d.get(name) for d in dicts], taken)
+    points = pd.DataFrame(columns)
     if not requests:
         return points
     return points, _requests(pd, ordered)
+
+
+def _metric_columns(np: Any, rows: list[Any]) -> dict[str, Any]:
+    """metric name -> a float64 array over ``rows`` (NaN where a row does not
+    record it): the packed rows (findings.core.model.Metrics) of each layout
+    read as one matrix, any other mapping value by value."""
+    from findings.core.model import packed_tables
+    n = len(rows)
+    names = sorted({k for m in rows for k in m})
+    out = {name: np.full(n, np.nan) for name in names}
+    tables, loose = packed_tables(rows)
+    for index, where, chunks in tables:
+        matrix = np.frombuffer(b"".join(chunks), dtype=np.float64).reshape(len(where), len(index))
+        at = np.asarray(where, dtype=np.intp)
+        for name, j in index.items():
+            out[name][at] = matrix[:, j]
+    for i in loose:
+        for name, value in rows[i].items():
+            out[name][i] = value
+    return out
+
+
+def _typed_by_index(pd: Any, values: list[Any], codes: Any) -> Any:
+    """``_typed`` of the column whose row i holds ``values[codes[i]]``:
+    typed from the distinct values, then taken through ``codes``."""
+    return _typed(pd, pd.Series(values, dtype=object)).array.take(codes)
 
 
 def _typed(pd: Any, col: Any) -> Any:
@@ -146,7 +188,30 @@ def _requests(pd: Any, points: list[Point]) -> Any:
 
 
 def load_frame(store_dir: Path, gates: Any, requests: bool = False) -> Any:
-    return frame(store.load(store_dir), gates, requests)
+    """The store's frame. The points alone are read as a render reads them
+    (findings/document/cache.py: from the render cache's points table, or by
+    two processes); the per-request records only from the run files."""
+    if requests:
+        return frame(store.load(store_dir), gates, requests)
+    from findings.document import cache as rendercache
+    return frame(rendercache.load(store_dir, rendercache.scan(store_dir)), gates)
+
+
+#: Rows written at a time by ``export`` to a file: the text of the whole
+#: table is never held at once (at 100k points it is about 50 MB).
+EXPORT_ROWS = 20000
+
+
+def _pieces(table: Any, fmt: str) -> Iterator[bytes]:
+    """The table as CSV (one header) or JSON lines, ``EXPORT_ROWS`` rows at
+    a time: the same bytes as the whole table's ``to_csv`` or ``to_json``."""
+    for start in range(0, max(len(table), 1), EXPORT_ROWS):
+        part = table.iloc[start:start + EXPORT_ROWS]
+        if fmt == "csv":
+            yield part.to_csv(index=False, header=start == 0).encode("utf-8")
+        elif len(part):
+            text = part.to_json(orient="records", lines=True, force_ascii=False)
+            yield (text if text.endswith("\n") else text + "\n").encode("utf-8")
 
 
 def export(store_dir: Path, gates: Any, fmt: str, requests: bool, output: str | None, force: bool) -> str:
@@ -155,28 +220,25 @@ def export(store_dir: Path, gates: Any, fmt: str, requests: bool, output: str | 
     overwrite without ``force``), or returned as text for standard output."""
     if fmt not in FORMATS:
         raise FindingsError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    if fmt == "parquet" and output is None:
+        raise FindingsError("--format parquet writes a binary file: give --output PATH")
+    path = Path(output) if output is not None else None
+    if path is not None and path.exists() and not force:
+        raise FindingsError(f"{path} exists: pass --force to replace it; nothing was written")
     table = load_frame(store_dir, gates, requests)
     if requests:
         table = table[1]
-    if fmt == "parquet" and output is None:
-        raise FindingsError("--format parquet writes a binary file: give --output PATH")
-    if fmt == "csv":
-        data: bytes = table.to_csv(index=False).encode("utf-8")
-    elif fmt == "jsonl":
-        data = table.to_json(orient="records", lines=True, force_ascii=False).encode("utf-8")
-        if data and not data.endswith(b"\n"):
-            data += b"\n"
-    else:
+    data: bytes | Iterator[bytes]
+    if fmt == "parquet":
         buf = io.BytesIO()
         try:
             table.to_parquet(buf, index=False)
         except ImportError:
             raise FindingsError("parquet needs pyarrow: pip install 'findings[pandas]'") from None
         data = buf.getvalue()
-    if output is None:
-        return data.decode("utf-8")
-    path = Path(output)
-    if path.exists() and not force:
-        raise FindingsError(f"{path} exists: pass --force to replace it; nothing was written")
+    else:
+        data = _pieces(table, fmt)
+    if path is None:
+        return (data if isinstance(data, bytes) else b"".join(data)).decode("utf-8")
     diskio.write_replace(path, data)
     return f"wrote {len(table)} rows to {path} ({fmt})"

@@ -95,3 +95,62 @@ def test_repeat_column_counts_repeats(store: str) -> None:
     points = findings.frame(ROOT / store)
     keys = ["campaign", "workload", "config", "concurrency", "source"]
     assert (points.groupby(keys)["repeat"].nunique() == points.groupby(keys).size()).all()
+
+
+@pytest.mark.parametrize("store", ["benchmarks/results-vllm", "benchmarks/results-sglang", "benchmarks/results-llamacpp"])
+def test_every_cell_is_the_stored_value(store: str) -> None:
+    """The frame is built in columns (D163): each metric, fact and parameter
+    cell is checked here against the point it comes from, one by one."""
+    from findings import store as store_lib
+    data = store_lib.load(ROOT / store)
+    points = findings.frame(ROOT / store)
+    by_id = {p.id: p for p in data.points}
+    metric_names = sorted({k for p in data.points for k in p.metrics})
+    assert len({tuple(p.metrics) for p in data.points}) > 1  # several layouts of metrics
+    for _, row in points.iterrows():
+        p = by_id[row["point_id"]]
+        assert (row["campaign"], row["config"], row["workload"], row["concurrency"]) == (
+            p.campaign, p.config, p.workload, p.concurrency)
+        for m in metric_names:
+            value = row[f"metric_{m}" if m == "concurrency" else m]
+            assert (value == p.metrics[m]) if m in p.metrics else pd.isna(value), (p.id, m)
+        facts = data.facts_of(p.config, p.campaign)
+        for col in (c for c in points.columns if c.startswith("fact_")):
+            got, want = row[col], facts.get(col[len("fact_"):])
+            assert pd.isna(got) if want is None else str(got) == str(want) or got == want, (p.id, col)
+        for col in (c for c in points.columns if c.startswith("param_")):
+            got, want = row[col], p.workload_params.get(col[len("param_"):])
+            assert pd.isna(got) if want is None else str(got) == str(want) or got == want, (p.id, col)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_export_in_pieces_writes_the_whole_tables_bytes(tmp_path: Path, monkeypatch, fmt: str) -> None:
+    store = ROOT / "benchmarks" / "results-vllm"
+    monkeypatch.setattr(dataframe, "EXPORT_ROWS", 7)  # 162 rows: 24 pieces, the last short
+    out = tmp_path / f"points.{fmt}"
+    r = cli("export", "--format", fmt, "--output", str(out), store=store)
+    assert r.exit_code == 0, r.output
+    table = findings.frame(store)
+    whole = (table.to_csv(index=False) if fmt == "csv"
+             else table.to_json(orient="records", lines=True, force_ascii=False))
+    assert out.read_text(encoding="utf-8").rstrip("\n") == whole.rstrip("\n") and out.read_text().endswith("\n")
+    assert cli("export", "--format", fmt, store=store).output == out.read_text(encoding="utf-8")
+
+
+def test_an_export_that_fails_midway_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None:
+    store = ROOT / "benchmarks" / "results-vllm"
+    out = tmp_path / "points.csv"
+    out.write_text("the old export\n")
+    pieces = dataframe._pieces
+
+    def failing(table, fmt):
+        it = pieces(table, fmt)
+        yield next(it)
+        raise MemoryError("out of memory while formatting")
+
+    monkeypatch.setattr(dataframe, "EXPORT_ROWS", 10)
+    monkeypatch.setattr(dataframe, "_pieces", failing)
+    with pytest.raises(MemoryError):
+        cli("export", "--output", str(out), "--force", store=store)
+    assert out.read_text() == "the old export\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["points.csv"]  # no temp file left behind

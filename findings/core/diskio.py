@@ -26,7 +26,7 @@ import errno as errno_mod
 import fcntl
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from findings.core.errors import FindingsError, InputError
 
@@ -122,14 +122,16 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _write_temp(path: Path, data: bytes, durable: bool = True) -> Path:
-    """The data in a temp file beside ``path`` (synced if ``durable``);
-    removed again on any failure."""
+def _write_temp(path: Path, data: bytes | Iterable[bytes], durable: bool = True) -> Path:
+    """The data (bytes, or pieces of bytes written as they come) in a temp
+    file beside ``path`` (synced if ``durable``); removed again on any
+    failure, a failure to make the next piece included."""
     fd, tmp = _temp(path.parent, path.name)
     try:
         try:
             os.fchmod(fd, 0o644)  # the umask may have narrowed it; documents and runs are shared
-            _write_all(fd, data)
+            for piece in (data,) if isinstance(data, bytes) else data:
+                _write_all(fd, piece)
             if durable:
                 os.fsync(fd)
         finally:
@@ -167,8 +169,11 @@ def write_new(path: Path, data: bytes) -> Path:
     return path
 
 
-def write_replace(path: Path, data: bytes | str, *, make_parent: bool = True, durable: bool = True) -> Path:
+def write_replace(path: Path, data: bytes | str | Iterable[bytes], *, make_parent: bool = True,
+                  durable: bool = True) -> Path:
     """Write or overwrite ``path`` atomically: the old content or the new, never half.
+    ``data`` may come in pieces (an iterable of bytes), written as they are
+    made: if making one fails, ``path`` keeps its old content.
     Without ``durable``, no fsync: for derived files (the render cache) that
     may be lost in a crash but never read half-written."""
     raw = data.encode("utf-8") if isinstance(data, str) else data

@@ -61,3 +61,26 @@ def test_changed_source_is_a_note(tmp_path):
     assert r.exit_code == 0
     assert "note:" in r.output and "changed since it was ingested" in r.output
     assert "--skip-existing" in r.output
+
+
+def test_equal_parameters_of_other_types_are_defined_apart():
+    """Definitions are kept per distinct parameters (issue 38): 1, 1.0 and
+    True are equal as dict keys, so the types are part of the key, and a
+    run's definition says what each of its own points stored."""
+    from findings.core.model import Metrics, Point, Run
+    from findings.store import identity
+
+    def run(params):
+        p = Point("r/0", "r", "c", "cfg", "w", 1, Metrics.of({"output_throughput_tok_s": 1.0}), "import", None, None,
+                  None, params, None, None)
+        return Run(schema_version=5, run_id="r", source="import", importer="table", importer_version="1",
+                   tool_version="", created_at="", source_file=None, source_sha256="", environment={},
+                   campaigns=(), configs={}, points=(p,), line_hashes=frozenset())
+
+    as_int = identity.workload_definitions(run({"input_len": 1, "ignore_eos": 1, "api": 1}))
+    as_bool = identity.workload_definitions(run({"input_len": 1, "ignore_eos": True, "api": True}))
+    as_text = identity.workload_definitions(run({"input_len": "1", "ignore_eos": "true", "api": "1"}))
+    assert [type(v) for v in as_int["w"]["table:api"]] == [int]
+    assert [type(v) for v in as_bool["w"]["table:api"]] == [bool]
+    assert as_text["w"] == {"input_len": {1}, "ignore_eos": {True}, "table:api": {"1"}}
+    assert identity.workload_definitions(run({"input_len": 1, "ignore_eos": 1, "api": 1})) == as_int

@@ -14,7 +14,9 @@ new process per command) and reads the child's peak RSS.
 Prints one JSON row per (size, command):
 {size, command, wall_s, peak_rss_mib, store_mib, runs, points_with_requests}.
 
-Importable: ``measure(sizes, workdir) -> list[dict]`` and ``build_store(folder, n)``.
+Importable: ``measure(sizes, workdir) -> list[dict]``, ``measure_bench_shape``,
+``measure_commands`` (deploy, plan, store check and export on one store)
+and ``build_store(folder, n)``.
 Stores are cached in the work folder (default build/perf/render; keyed by
 size, seed and generator version); ``--rebuild`` rebuilds them. The settings
 file written there leaves ``detail_campaigns`` at its default. The page
@@ -438,6 +440,33 @@ def measure(sizes: list[int] | tuple[int, ...] = DEFAULT_SIZES, workdir: Path | 
         shutil.rmtree(grown)
         shutil.rmtree(cache)
         row("write", write_latency(folder, seed), None)
+    return rows
+
+
+#: The store's other readers, each a new process without the render cache,
+#: as CI on a fresh clone runs them (issue 38, D163, D164).
+COMMANDS = {
+    "deploy": ["deploy", "--json"],
+    "plan": ["plan"],
+    "store-check": ["store", "check"],
+    "export-csv": ["export", "--force", "--output", "{out}"],
+}
+
+
+def measure_commands(size: int, workdir: Path | str = "build/perf/render", seed: int = 0,
+                     repeats: int = 1) -> list[dict[str, Any]]:
+    """``COMMANDS`` on the ``size``-point store: rows {size, command, wall_s,
+    peak_rss_mib} (the best of ``repeats`` fresh processes)."""
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    settings = _settings(workdir)
+    folder, _ = _cached_store(workdir, size, seed, False, REQUEST_FRACTION)
+    rows = []
+    for name, args in COMMANDS.items():
+        argv = _findings_cmd() + ["--store", str(folder), "--settings", str(settings),
+                                  *(a.format(out=workdir / f"{name}-{size}.csv") for a in args)]
+        wall, rss = best_of(repeats, argv, workdir, workdir / f"{name}-{size}.out", NO_CACHE)
+        rows.append({"size": size, "command": name, "wall_s": round(wall, 3), "peak_rss_mib": round(rss, 1)})
     return rows
 
 

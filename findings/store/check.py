@@ -16,6 +16,7 @@ from pathlib import Path
 
 from findings.store import index as storeindex
 from findings.store import amend, identity
+from findings.core import jsonfast
 from findings.core.errors import StoreError
 from findings.core.model import Run
 from findings.core.series import window_series
@@ -59,13 +60,25 @@ def check(store: Path) -> tuple[list[Finding], int]:
             continue
         try:
             raw = path.read_bytes()
-            doc = json.loads(raw.decode("utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except OSError as exc:
+            out.append(Finding("error", str(path), f"unreadable or not valid JSON ({exc})",
+                               f"restore it from git (git checkout -- {path}) or delete it and re-ingest its source"))
+            continue
+        # orjson first, as the reader does (files.parse_run): a file it
+        # refuses, or whose run it cannot vouch for, is read again with json,
+        # so every finding and its words are json's.
+        try:
+            run = run_from_dict(jsonfast.loads(raw), str(path), big_floats=False)
+        except (jsonfast.JSONDecodeError, StoreError):
+            run = None
+        try:
+            doc = json.loads(raw.decode("utf-8")) if run is None else None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             out.append(Finding("error", str(path), f"unreadable or not valid JSON ({exc})",
                                f"restore it from git (git checkout -- {path}) or delete it and re-ingest its source"))
             continue
         try:
-            run = run_from_dict(doc, str(path))
+            run = run_from_dict(doc, str(path)) if run is None else run
         except StoreError as exc:
             msg = str(exc).removeprefix(f"{path}: ")
             repair = ("upgrade findings" if "newer than this findings" in msg
@@ -78,7 +91,8 @@ def check(store: Path) -> tuple[list[Finding], int]:
             continue
         state = seal_state(raw)
         if state == "edited":
-            out.append(Finding("error", str(path), f"edited by hand since findings wrote it: {_what_edited(doc)}",
+            exact = doc if doc is not None else json.loads(raw.decode("utf-8"))
+            out.append(Finding("error", str(path), f"edited by hand since findings wrote it: {_what_edited(exact)}",
                                f"see the edit with `git diff -- {path}` and restore the file with `git checkout -- "
                                f"{path}`; to change its labels, `findings store relabel {run.run_id}`, to remove "
                                f"it, `findings store retract {run.run_id}`"))

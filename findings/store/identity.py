@@ -77,12 +77,34 @@ def definition(importer: str, params: Mapping[str, Scalar]) -> dict[str, Scalar]
     return out
 
 
+#: (importer, parameter names, values, their types) -> the definition:
+#: equal parameters (the same workload at each C, in run after run) are
+#: defined once per process. Parameters with a float are defined each time
+#: (0.0 and -0.0 are equal keys, but not the same value). Emptied past
+#: _DEFINED_MAX.
+_DEFINED: dict[tuple[object, ...], dict[str, Scalar]] = {}
+_DEFINED_MAX = 65536
+
+
+def _defined(importer: str, params: Mapping[str, Scalar]) -> dict[str, Scalar]:
+    types = tuple(map(type, params.values()))
+    if float in types:
+        return definition(importer, params)
+    key = (importer, tuple(params), tuple(params.values()), types)
+    found = _DEFINED.get(key)
+    if found is None:
+        if len(_DEFINED) >= _DEFINED_MAX:
+            _DEFINED.clear()
+        found = _DEFINED[key] = definition(importer, params)
+    return found
+
+
 def workload_definitions(run: Run) -> dict[str, dict[str, set[Scalar]]]:
     """{workload: {key: the values the run's points give it}}."""
     out: dict[str, dict[str, set[Scalar]]] = {}
     for p in run.points:
         here = out.setdefault(p.workload, {})
-        for k, v in definition(run.importer, p.workload_params).items():
+        for k, v in _defined(run.importer, p.workload_params).items():
             here.setdefault(k, set()).add(v)
     return out
 

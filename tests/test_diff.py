@@ -16,6 +16,7 @@ from findings.document import settings as settings_mod
 from findings.cli import main
 from findings.document.diff import diff_markdown
 from findings.core.errors import FindingsError, NotAStoreError
+from findings.store.schema import SIDECAR_SUFFIX
 
 TOML = """[findings]
 store = "benchmarks/results"
@@ -231,3 +232,44 @@ def test_two_refs_compare_the_stores_at_both(repo: Path) -> None:
     assert code == 0 and out.splitlines()[0].endswith("→ working tree") and "1 more point" in out, out
     code, out = diff("main", "no-such-ref")
     assert (code, out.strip().splitlines()) == (1, [f"Error: unknown git revision 'no-such-ref' in {repo}"])
+
+
+def test_a_revisions_runs_read_as_the_render_reads_them_and_sidecars_checked(tmp_path: Path) -> None:
+    """runs_at reads each sidecar's records only where the derivation needs
+    them, as the render's reader does (issue 38, D165): the same runs as
+    findings/document/cache.py's ``load`` gives for that tree. A sidecar
+    that does not match its run file's sha256 is still an error, parsed or not."""
+    from dataclasses import replace as dc_replace
+
+    from test_sidecars import RECORDS, _run
+
+    from findings import store as store_mod
+    from findings.core.errors import StoreError
+    from findings.core.model import THROUGHPUT
+    from findings.document import cache as rendercache
+    from findings.document.diff import runs_at
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "findings.toml").write_text('[findings]\nstore = "st"\nbaseline = "baseline"\n')
+    st = repo / "st"
+    store_mod.add_run(st, _run("r1", RECORDS), create=True)  # a failed count: its records are not needed
+    needs = _run("r2", RECORDS)
+    needs = dc_replace(needs, points=tuple(p._replace(metrics={THROUGHPUT: p.metrics[THROUGHPUT]})
+                                           for p in needs.points))  # no failed count: counted from its records
+    store_mod.add_run(st, needs)
+    commit(repo, "runs")
+    head = git(repo, "rev-parse", "HEAD")
+    got = runs_at(repo, head, "st")
+    want = rendercache.load(st, rendercache.scan(st)).runs
+    assert [dc_replace(r, path=None) for r in got] == [dc_replace(r, path=None) for r in want]
+    assert [p.requests for p in got[0].points] == [None, None, None]  # r1: not read
+    assert got[1].points[2].requests == {"error": ["timeout"]}  # r2: what the validity counts read
+    assert "sent_s" not in (got[1].points[0].requests or {})
+
+    side = st / "runs" / f"r1{SIDECAR_SUFFIX}"
+    side.write_bytes(side.read_bytes() + b"\n")  # another file under its name
+    commit(repo, "a changed sidecar")
+    with pytest.raises(StoreError, match="does not match the sha256 its run file recorded"):
+        runs_at(repo, git(repo, "rev-parse", "HEAD"), "st")

@@ -13,6 +13,8 @@ import sys
 import tracemalloc
 from pathlib import Path
 
+import pytest
+
 from findings import store as store_mod
 from findings.core.model import THROUGHPUT, Campaign, Metrics, Point, Run
 from findings.store.schema import SCHEMA_VERSION, point_id
@@ -165,3 +167,17 @@ def test_the_gates_in_columns_judge_every_point_as_one_by_one(monkeypatch) -> No
             assert flags == expected_flags, (name, rows)
             assert every == expected_counts, (name, rows)
     assert judged(points)[0], "some points fail a gate"
+
+
+def test_packed_metrics_compare_as_the_mapping_they_stand_for():
+    """Metrics of one key order compare their doubles at once (D165); any
+    other pair compares as Mappings do, so the answers are the same."""
+    from findings.core.model import Metrics
+    a = Metrics.packed(("x", "y"), [1.0, 2.0])
+    assert a == Metrics.packed(("x", "y"), [1.0, 2.0]) and a == {"x": 1.0, "y": 2.0} and {"y": 2.0, "x": 1.0} == a
+    assert a != Metrics.packed(("x", "y"), [1.0, 2.5]) and a != Metrics.packed(("x", "z"), [1.0, 2.0])
+    assert a == Metrics.packed(("y", "x"), [2.0, 1.0])  # another key order: the same mapping
+    assert a != Metrics.packed(("x",), [1.0]) and a != {"x": 1.0} and a != [1.0, 2.0]
+    assert Metrics.packed(("x",), [0.0]) == Metrics.packed(("x",), [-0.0])  # as 0.0 == -0.0
+    with pytest.raises(TypeError):
+        hash(a)

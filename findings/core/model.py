@@ -9,6 +9,7 @@ campaigns.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Mapping as _AbcMapping
 from dataclasses import dataclass, field
 from itertools import compress, groupby
 from operator import attrgetter
@@ -73,6 +74,16 @@ class Metrics(Mapping[str, float]):
 
     def __repr__(self) -> str:
         return repr(dict(self))
+
+    def __eq__(self, other: object) -> bool:
+        # Two packed rows of one key order: their doubles compared at C
+        # speed (`findings diff` compares every run of both sides, issue 38).
+        # Stored metrics are finite, so this is the Mapping's equality.
+        if type(other) is Metrics and other._index is self._index:
+            return self._values == other._values
+        return _AbcMapping.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]  # a Mapping: unhashable, as before
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # The one tuple of its key order: a pickle of many points holds it once.

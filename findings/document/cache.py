@@ -242,14 +242,14 @@ def _edited_uncached(runs: Path, names: list[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _needs_records(p: Point) -> bool:
+def needs_records(p: Point) -> bool:
     """Whether the render needs a point's per-request records: not when its
     run file holds the point's time-window series (written with the run,
     D109) and its failed count (else validity.counts reads the records)."""
     return p.series is None or "failed" not in p.metrics
 
 
-def _derived(run: Run) -> Run:
+def derived_run(run: Run) -> Run:
     """The run as the render needs it: window series in, records out (but
     what validity.counts reads of them)."""
     if not any(p.requests for p in run.points):
@@ -435,7 +435,7 @@ def _read_files(top: str, names: list[str], seals: bool = True) -> list[_Read]:
             raw = None  # the reader says why
         edited = seals and raw is not None and seal_state(raw) == "edited"
         try:
-            run = _derived(store_mod.read_run(label, requests=_needs_records, raw=raw))
+            run = derived_run(store_mod.read_run(label, requests=needs_records, raw=raw))
         except Exception as exc:  # raised by the caller, in file order
             out.append((None, edited, exc))
             break

@@ -15,6 +15,7 @@ Default base (no ``base_ref``): the merge base of HEAD with ``main``, else with
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from dataclasses import dataclass, replace
@@ -31,6 +32,7 @@ from findings.derive.history import replay
 from findings.core.model import Dataset, Run
 from findings.store import check as storecheck
 from findings.store.schema import SIDECAR_SUFFIX, seal_state
+from findings.document import cache as rendercache
 from findings.document.settings import Settings
 
 #: Seconds any one git command may take.
@@ -149,7 +151,12 @@ def resolve_base(top: Path, base_ref: str | None) -> Base:
 
 
 def runs_at(top: Path, commit: str, store_rel: str, edited: list[str] | None = None) -> list[Run]:
-    """The store's run files as of ``commit``, read from git into memory.
+    """The store's run files as of ``commit``, read from git into memory, as
+    the render reads them (findings/document/cache.py): each point's
+    per-request records parsed only where the derivation needs them (a
+    point whose run file holds no series or no failed count), then left out
+    but for what the validity counts read; every sidecar still checked
+    against the sha256 its run file recorded.
 
     Nothing is written: ``findings diff`` works on a read-only checkout or a
     full disk. A store that did not exist at ``commit`` has no runs.
@@ -197,12 +204,17 @@ def runs_at(top: Path, commit: str, store_rel: str, edited: list[str] | None = N
         if edited is not None and seal_state(bodies[name]) == "edited":
             edited.append(f"{store.RUNS}/{name}")
         run = store.parse_run(bodies[name], label, name[:-len(".json")])
-        if run.sidecar is not None:
-            where = f"{commit[:12]}:{runs_rel}/{run.sidecar.file}"
-            if run.sidecar.file not in bodies:
+        sidecar = run.sidecar
+        if sidecar is not None:
+            where = f"{commit[:12]}:{runs_rel}/{sidecar.file}"
+            if sidecar.file not in bodies:
                 raise FindingsError(f"{label}: its per-request records {where} are missing at that commit")
-            run = store.with_requests(run, store.parse_sidecar(bodies[run.sidecar.file], run.sidecar, run.run_id,
-                                                               label, where))
+            side = bodies[sidecar.file]
+            if any(rendercache.needs_records(run.points[i]) for i in sidecar.points if i < len(run.points)):
+                run = rendercache.derived_run(store.with_requests(
+                    run, store.parse_sidecar(side, sidecar, run.run_id, label, where)))
+            elif hashlib.sha256(side).hexdigest() != sidecar.sha256:
+                store.parse_sidecar(side, sidecar, run.run_id, label, where)  # raises: the same message
         runs.append(run)
     return runs
 
@@ -270,7 +282,10 @@ def diff_markdown(settings: Settings, base_ref: str | None = None, head_ref: str
         after = derive(store.merge(head_runs), settings, head_edited)
         return summary(before, after, _label(top, base), settings, _label(top, head))
     if not base_runs or (settings.store / store.RUNS).is_dir():
-        data = store.load(settings.store)  # neither side a store: a typo'd --store, exit 2
+        # As a render reads it (the render cache's points table, or two
+        # processes), the records left out as runs_at leaves them out. Not a
+        # store on either side: a typo'd --store, exit 2.
+        data = rendercache.load(settings.store, rendercache.scan(settings.store))
     else:
         data = store.merge([])  # the change removes the store
     after = derive(data, settings, [f"{store.RUNS}/{p.name}" for p in storecheck.edited(settings.store)])

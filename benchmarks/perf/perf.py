@@ -831,12 +831,14 @@ def section_render(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     log(f"render: the {bench_size}-point store shaped as findings bench writes it (one run file per point)")
     measured += render_scaling.measure_bench_shape(bench_size, ROOT / "build" / "perf" / "render",
                                                    repeats=1 if a.quick else 2)
-    # The store's other readers (deploy, plan, store check, export), up to
-    # 100k points: at 1M each takes a minute or more (D164).
+    # The store's other readers (deploy, plan, store check, export, and
+    # diff in a git repository of the store), up to 100k points: at 1M each
+    # takes a minute or more (D164, D165).
     for size in [s for s in sizes if s <= 100000]:
-        log(f"render: deploy, plan, store check and export on the {size}-point store")
-        for r in render_scaling.measure_commands(size, ROOT / "build" / "perf" / "render",
-                                                 repeats=1 if a.quick else 2):
+        log(f"render: deploy, plan, store check, export and diff on the {size}-point store")
+        for r in [*render_scaling.measure_commands(size, ROOT / "build" / "perf" / "render",
+                                                   repeats=1 if a.quick else 2),
+                  render_scaling.measure_diff(size, ROOT / "build" / "perf" / "render", repeats=1)]:
             rows.append({"workload": "command-scaling", "config": r["command"], "concurrency": 1,
                          "output_throughput_tok_s": "n/a", "store_points": float(r["size"]),
                          "wall_s": r["wall_s"], "peak_rss_mib": r["peak_rss_mib"]})

@@ -15,7 +15,8 @@ Prints one JSON row per (size, command):
 {size, command, wall_s, peak_rss_mib, store_mib, runs, points_with_requests}.
 
 Importable: ``measure(sizes, workdir) -> list[dict]``, ``measure_bench_shape``,
-``measure_commands`` (deploy, plan, store check and export on one store)
+``measure_commands`` (deploy, plan, store check and export on one store),
+``measure_diff`` (`findings diff` over a git repository of one)
 and ``build_store(folder, n)``.
 Stores are cached in the work folder (default build/perf/render; keyed by
 size, seed and generator version); ``--rebuild`` rebuilds them. The settings
@@ -468,6 +469,52 @@ def measure_commands(size: int, workdir: Path | str = "build/perf/render", seed:
         wall, rss = best_of(repeats, argv, workdir, workdir / f"{name}-{size}.out", NO_CACHE)
         rows.append({"size": size, "command": name, "wall_s": round(wall, 3), "peak_rss_mib": round(rss, 1)})
     return rows
+
+
+def _git(repo: Path, *args: str) -> None:
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "-c", "user.name=perf", "-c", "user.email=perf@localhost", "-c", "commit.gpgsign=false",
+                    *args], cwd=repo, env=env, check=True, capture_output=True, timeout=600)
+
+
+def _diff_repo(workdir: Path, size: int, folder: Path) -> Path:
+    """A git repository of ``folder``'s store: the store less its last
+    campaign in one commit, the last campaign in the next (what a pull
+    request adding a nightly campaign looks like). Built once per store
+    (keyed by its synthetic.json) in ``workdir``."""
+    repo = workdir / f"diffrepo-{size}"
+    key = (folder / "synthetic.json").read_text()
+    marker = repo / ".perf-built"
+    if marker.is_file() and marker.read_text() == key:
+        return repo
+    if repo.exists():
+        shutil.rmtree(repo)
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "findings.toml").write_text(_settings(workdir).read_text() + 'store = "store"\n')
+    (repo / ".gitignore").write_text(".perf-built\n")
+    earlier, last = _last_campaign(folder)
+    _link(earlier, repo / "store" / "runs")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "the store")
+    _link(last, repo / "store" / "runs")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "a new campaign")
+    marker.write_text(key)
+    return repo
+
+
+def measure_diff(size: int, workdir: Path | str = "build/perf/render", seed: int = 0,
+                 repeats: int = 1) -> dict[str, Any]:
+    """``findings diff HEAD~1 HEAD`` in a git repository of the ``size``-point
+    store whose last commit adds its last campaign (D165): a row {size,
+    command, wall_s, peak_rss_mib}."""
+    workdir = Path(workdir).resolve()
+    folder, _ = _cached_store(workdir, size, seed, False, REQUEST_FRACTION)
+    repo = _diff_repo(workdir, size, folder)
+    argv = _findings_cmd() + ["--settings", str(repo / "findings.toml"), "diff", "HEAD~1", "HEAD"]
+    wall, rss = best_of(repeats, argv, repo, workdir / f"diff-{size}.out", NO_CACHE)
+    return {"size": size, "command": "diff", "wall_s": round(wall, 3), "peak_rss_mib": round(rss, 1)}
 
 
 def measure_bench_shape(size: int, workdir: Path | str = "build/perf/render", seed: int = 0,

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import random
+import subprocess
 import zlib
 from pathlib import Path
 from typing import Any
@@ -615,3 +616,30 @@ def test_the_replay_chain_hashes_every_field_by_value():
     seen = {digest(a)} | {digest([c, a[1]]) for c in changed}
     assert len(seen) == len(changed) + 1
     assert digest(a[::-1]) != digest(a)
+
+
+def test_render_scaling_times_the_stores_other_readers(tmp_path):
+    """make perf's rows for deploy, plan, store check, export and diff
+    (D164, D165): each command runs for real on a small store, and diff
+    over a git repository whose last commit adds the store's last campaign."""
+    spec = importlib.util.spec_from_file_location("render_scaling", ROOT / "benchmarks/perf/render_scaling.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    work = tmp_path / "work"
+    rows = mod.measure_commands(150, work)
+    assert [r["command"] for r in rows] == ["deploy", "plan", "store-check", "export-csv"]
+    assert all(r["wall_s"] > 0 and r["peak_rss_mib"] > 0 for r in rows)
+    assert (work / "export-csv-150.csv").read_text().count("\n") == 151  # a header and a row per point
+    assert json.loads((work / "deploy-150.out").read_text())  # deploy --json printed its plans
+    row = mod.measure_diff(150, work)
+    assert row["command"] == "diff" and row["wall_s"] > 0
+    out = (work / "diff-150.out").read_text()
+    assert out.startswith("### findings diff: `HEAD~1`") and "**New campaigns**" in out
+    repo = work / "diffrepo-150"
+    built = (repo / ".perf-built").stat().st_mtime_ns
+    commits = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=repo, capture_output=True, text=True,
+                             check=True).stdout.strip()
+    assert commits == "2"
+    again = mod.measure_diff(150, work)  # the repository is built once, then reused
+    assert again["command"] == "diff" and (repo / ".perf-built").stat().st_mtime_ns == built

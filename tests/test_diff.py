@@ -273,3 +273,28 @@ def test_a_revisions_runs_read_as_the_render_reads_them_and_sidecars_checked(tmp
     commit(repo, "a changed sidecar")
     with pytest.raises(StoreError, match="does not match the sha256 its run file recorded"):
         runs_at(repo, git(repo, "rev-parse", "HEAD"), "st")
+
+
+def test_the_head_side_derived_aside_gives_the_same_summary(built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`diff A B` derives the head revision in a forked process while this
+    one derives the base (D166): the summary is the one derived here, and an
+    error of the head side is raised here, with its own words."""
+    from findings.core import aside
+    started: list[str] = []
+
+    class Spy(aside._Forked):
+        def __init__(self, fn):
+            started.append(fn.__name__)
+            super().__init__(fn)
+
+    monkeypatch.setattr(aside, "_Forked", Spy)
+    s = settings_of(built)
+    forked = diff_markdown(s, "main", "pr")
+    assert "`on-above` (threshold C=30) → `always-on`" in forked
+    assert aside.cores() < 2 or "head_side" in started  # it did go aside
+    with pytest.raises(FindingsError, match="unknown git revision 'no-such-ref'"):
+        diff_markdown(s, "main", "no-such-ref")
+    monkeypatch.setattr(aside, "cores", lambda: 1)  # no second core: everything here
+    assert diff_markdown(s, "main", "pr") == forked
+    with pytest.raises(FindingsError, match="unknown git revision 'no-such-ref'"):
+        diff_markdown(s, "main", "no-such-ref")

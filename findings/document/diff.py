@@ -231,10 +231,13 @@ class Side:
     edited: tuple[str, ...] = ()
 
 
-def derive(data: Dataset, settings: Settings, edited: Sequence[str] = ()) -> Side:
+def derive(data: Dataset, settings: Settings, edited: Sequence[str] = (),
+           replay_aside: aside.Aside = aside.forked) -> Side:
     """One side of the diff: the one derivation of its store (its JSON is
-    ``conclusions --json``'s), and its cells of every point, valid or not."""
-    d = derive_all(data, settings.rules, aside=aside.forked)  # the history's replay aside (D137)
+    ``conclusions --json``'s), and its cells of every point, valid or not.
+    ``replay_aside``: where the history's replay runs (D137; ``aside.inline``
+    in a side derived aside itself)."""
+    d = derive_all(data, settings.rules, aside=replay_aside)
     try:
         as_json = d.to_json()
     finally:
@@ -270,17 +273,32 @@ def diff_markdown(settings: Settings, base_ref: str | None = None, head_ref: str
     if head_ref is not None and base_ref is None:
         raise FindingsError("findings diff A B: name both revisions")
     base = resolve_base(top, base_ref)
-    base_runs = runs_at(top, base.commit, store_rel)
-    before = derive(store.merge(base_runs), settings)
     if head_ref is not None:
-        head = resolve_base(top, head_ref)
-        head_edited: list[str] = []
-        head_runs = runs_at(top, head.commit, store_rel, head_edited)
+        # The head revision is read and derived in a forked process while
+        # this one reads and derives the base (core/aside.py: where that
+        # cannot be done, or fails there, it is done here instead, and any
+        # error is raised here, after the base's, as before; D166).
+        def head_side() -> tuple[Base, list[Run], list[str], Side | None]:
+            head = resolve_base(top, head_ref)
+            edited: list[str] = []
+            runs = runs_at(top, head.commit, store_rel, edited)
+            return head, runs, edited, (derive(store.merge(runs), settings, edited, aside.inline) if runs else None)
+
+        pending = aside.forked(head_side)
+        try:
+            base_runs = runs_at(top, base.commit, store_rel)
+            before = derive(store.merge(base_runs), settings)
+            head, head_runs, head_edited, after = pending.result()
+        finally:
+            pending.close()
         if not base_runs and not head_runs:
             raise FindingsError(f"{store_rel}: no run files at {base.ref} nor at {head.ref}; "
                                 f"check --store or findings.toml")
-        after = derive(store.merge(head_runs), settings, head_edited)
+        if after is None:  # the store did not exist at the head
+            after = derive(store.merge(head_runs), settings, head_edited)
         return summary(before, after, _label(top, base), settings, _label(top, head))
+    base_runs = runs_at(top, base.commit, store_rel)
+    before = derive(store.merge(base_runs), settings)
     if not base_runs or (settings.store / store.RUNS).is_dir():
         # As a render reads it (the render cache's points table, or two
         # processes), the records left out as runs_at leaves them out. Not a

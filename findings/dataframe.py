@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from findings.core import diskio
 from findings import store
 from findings.core.errors import FindingsError
-from findings.core.model import Dataset, Point, Scalar
+from findings.core.model import Dataset, Point, packed_tables
 from findings.derive.validity import flagged
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def frame(data: Dataset, gates: Any, requests: bool = False) -> Any:
     order = sorted(range(len(pts)), key=lambda i: (rank[pts[i].campaign], pts[i].workload, pts[i].config,
                                                    pts[i].concurrency, pts[i].id))
     ordered = [pts[i] for i in order]
-    metrics = _metric_columns(np, [p.metrics for p in ordered])
+    metrics = _metric_columns([p.metrics for p in ordered])
     fixed = {name for name, _ in FIXED}
     fact_names = sorted({k for facts in data.facts.values() for k in facts} | {k for f in data.configs.values() for k in f})
     param_names = sorted({k for p in pts for k in p.workload_params})
@@ -123,11 +123,11 @@ def frame(data: Dataset, gates: Any, requests: bool = False) -> Any:
     return points, _requests(pd, ordered)
 
 
-def _metric_columns(np: Any, rows: list[Any]) -> dict[str, Any]:
+def _metric_columns(rows: list[Any]) -> dict[str, Any]:
     """metric name -> a float64 array over ``rows`` (NaN where a row does not
     record it): the packed rows (findings.core.model.Metrics) of each layout
     read as one matrix, any other mapping value by value."""
-    from findings.core.model import packed_tables
+    import numpy as np
     n = len(rows)
     names = sorted({k for m in rows for k in m})
     out = {name: np.full(n, np.nan) for name in names}

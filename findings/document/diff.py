@@ -15,7 +15,6 @@ Default base (no ``base_ref``): the merge base of HEAD with ``main``, else with
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from dataclasses import dataclass, replace
@@ -210,11 +209,11 @@ def runs_at(top: Path, commit: str, store_rel: str, edited: list[str] | None = N
             if sidecar.file not in bodies:
                 raise FindingsError(f"{label}: its per-request records {where} are missing at that commit")
             side = bodies[sidecar.file]
-            if any(rendercache.needs_records(run.points[i]) for i in sidecar.points if i < len(run.points)):
+            if store.wants_records(run, rendercache.needs_records):
                 run = rendercache.derived_run(store.with_requests(
                     run, store.parse_sidecar(side, sidecar, run.run_id, label, where)))
-            elif hashlib.sha256(side).hexdigest() != sidecar.sha256:
-                store.parse_sidecar(side, sidecar, run.run_id, label, where)  # raises: the same message
+            else:
+                store.verify_sidecar(side, sidecar, label, where)
         runs.append(run)
     return runs
 

@@ -36,6 +36,7 @@ from findings.store.schema import SEAL_KEY, SIDECAR_KIND, SIDECAR_SUFFIX, record
 
 # Re-exported: reading run files lives in findings/store/files.py (the index reads them too).
 from findings.store.files import FREEZE_AFTER as FREEZE_AFTER
+from findings.store.files import fast_run as fast_run
 from findings.store.files import RUNS as RUNS
 from findings.store.files import load_runs as load_runs
 from findings.store.files import parse_run as parse_run
@@ -46,6 +47,8 @@ from findings.store.files import read_sidecar as read_sidecar
 from findings.store.files import refuse_constant as refuse_constant
 from findings.store.files import run_path as run_path
 from findings.store.files import sidecar_path as sidecar_path
+from findings.store.files import verify_sidecar as verify_sidecar
+from findings.store.files import wants_records as wants_records
 from findings.store.files import with_requests as with_requests
 
 

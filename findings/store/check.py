@@ -16,13 +16,12 @@ from pathlib import Path
 
 from findings.store import index as storeindex
 from findings.store import amend, identity
-from findings.core import jsonfast
 from findings.core.errors import StoreError
 from findings.core.model import Run
 from findings.core.series import window_series
 from findings.store.schema import SEAL_KEY, SIDECAR_SUFFIX, records_in, run_from_dict, seal_state
 from findings.store import KEEP as store_lib_keep
-from findings.store import RUNS, merge, read_sidecar, require
+from findings.store import RUNS, fast_run, merge, read_sidecar, require
 
 
 @dataclass(frozen=True)
@@ -67,10 +66,7 @@ def check(store: Path) -> tuple[list[Finding], int]:
         # orjson first, as the reader does (files.parse_run): a file it
         # refuses, or whose run it cannot vouch for, is read again with json,
         # so every finding and its words are json's.
-        try:
-            run = run_from_dict(jsonfast.loads(raw), str(path), big_floats=False)
-        except (jsonfast.JSONDecodeError, StoreError):
-            run = None
+        run = fast_run(raw, str(path))
         try:
             doc = json.loads(raw.decode("utf-8")) if run is None else None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:

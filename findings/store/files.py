@@ -89,7 +89,7 @@ def read_run(path: Path | str, requests: bool | Callable[[Point], bool] = True, 
     base = os.path.basename(label)
     run = parse_run(raw, label, base[:-5] if base.endswith(".json") else Path(label).stem)
     if callable(requests) and run.sidecar is not None:
-        requests = any(requests(run.points[i]) for i in run.sidecar.points if i < len(run.points))
+        requests = wants_records(run, requests)
         side = Path(path).parent / run.sidecar.file
         if not requests and not side.is_file():  # not read, but a store missing it is damaged: say so
             raise StoreError(f"{path}: its per-request records {side} are missing "
@@ -98,6 +98,14 @@ def read_run(path: Path | str, requests: bool | Callable[[Point], bool] = True, 
         run = with_requests(run, read_sidecar(Path(path).parent / run.sidecar.file, run.sidecar, run.run_id,
                                               str(path)))
     return run
+
+
+def wants_records(run: Run, needed: Callable[[Point], bool]) -> bool:
+    """Whether ``needed`` is true of one of the points the run's sidecar
+    holds records of (False without a sidecar)."""
+    if run.sidecar is None:
+        return False
+    return any(needed(run.points[i]) for i in run.sidecar.points if i < len(run.points))
 
 
 def read_sidecar(path: Path, sidecar: Sidecar, run_id: str, label: str) -> dict[int, dict[str, object]]:
@@ -116,9 +124,7 @@ def read_sidecar(path: Path, sidecar: Sidecar, run_id: str, label: str) -> dict[
 def parse_sidecar(raw: bytes, sidecar: Sidecar, run_id: str, label: str,
                   path: str) -> dict[int, dict[str, object]]:
     """A sidecar's bytes (``path``: where they came from, for messages)."""
-    if hashlib.sha256(raw).hexdigest() != sidecar.sha256:
-        raise StoreError(f"{label}: {path} does not match the sha256 its run file recorded "
-                         f"(a foreign or changed file; restore it from git)")
+    verify_sidecar(raw, sidecar, label, path)
     try:
         doc = jsonfast.loads(gzip.decompress(raw))
     except (OSError, EOFError, zlib.error, jsonfast.JSONDecodeError) as exc:
@@ -130,6 +136,14 @@ def parse_sidecar(raw: bytes, sidecar: Sidecar, run_id: str, label: str,
     if set(points) != {str(i) for i in sidecar.points} or not all(isinstance(v, dict) for v in points.values()):
         raise StoreError(f"{label}: {path}: holds records of other points than its run file lists")
     return {int(k): v for k, v in points.items()}
+
+
+def verify_sidecar(raw: bytes, sidecar: Sidecar, label: str, path: str) -> None:
+    """StoreError unless a sidecar's bytes are those whose sha256 its run
+    file recorded (checked without parsing them)."""
+    if hashlib.sha256(raw).hexdigest() != sidecar.sha256:
+        raise StoreError(f"{label}: {path} does not match the sha256 its run file recorded "
+                         f"(a foreign or changed file; restore it from git)")
 
 
 def with_requests(run: Run, records: Mapping[int, Mapping[str, object]]) -> Run:
@@ -149,11 +163,7 @@ def parse_run(raw: bytes, label: str, stem: str) -> Run:
     integer beyond 64 bits, which orjson would have rounded), is read again
     with json, so every outcome and every message is json's.
     """
-    run = None
-    try:  # orjson checks the UTF-8 itself
-        run = run_from_dict(jsonfast.loads(raw), label, big_floats=False)
-    except (jsonfast.JSONDecodeError, StoreError):
-        pass
+    run = fast_run(raw, label)
     if run is None:
         try:  # again as text, exactly as it has always been read
             text = raw.decode("utf-8")
@@ -169,6 +179,17 @@ def parse_run(raw: bytes, label: str, stem: str) -> Run:
     if stem != run.run_id:
         raise StoreError(f"{label}: file name does not match run_id {run.run_id!r}")
     return run
+
+
+def fast_run(raw: bytes, label: str) -> Run | None:
+    """A run file's bytes through orjson, validated, or None where orjson
+    refuses them or cannot vouch for the run (a float that may have been an
+    integer beyond 64 bits, any failed check): the caller then reads them
+    with json, whose outcome and words are the reference."""
+    try:  # orjson checks the UTF-8 itself
+        return run_from_dict(jsonfast.loads(raw), label, big_floats=False)
+    except (jsonfast.JSONDecodeError, StoreError):
+        return None
 
 
 def refuse_constant(name: str) -> float:

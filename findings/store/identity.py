@@ -24,6 +24,7 @@ import datetime as _dt
 from typing import Iterable, Mapping
 
 from findings.core.model import Run, Scalar
+from findings.store.schema import _shared
 
 #: Workload keys every tool means the same by: (our key, the tools' keys).
 NEUTRAL = (
@@ -77,26 +78,17 @@ def definition(importer: str, params: Mapping[str, Scalar]) -> dict[str, Scalar]
     return out
 
 
-#: (importer, parameter names, values, their types) -> the definition:
-#: equal parameters (the same workload at each C, in run after run) are
-#: defined once per process. Parameters with a float are defined each time
-#: (0.0 and -0.0 are equal keys, but not the same value). Emptied past
-#: _DEFINED_MAX.
-_DEFINED: dict[tuple[object, ...], dict[str, Scalar]] = {}
-_DEFINED_MAX = 65536
-
-
 def _defined(importer: str, params: Mapping[str, Scalar]) -> dict[str, Scalar]:
+    """``definition``, once per process for equal parameters (the same
+    workload at each C, run after run), in the reader's table of shared
+    values (schema._shared), keyed by the names, the values and their types
+    (1, 1.0 and True stay apart). Parameters with a float are defined each
+    time: 0.0 and -0.0 are equal keys, but not the same value."""
     types = tuple(map(type, params.values()))
     if float in types:
         return definition(importer, params)
-    key = (importer, tuple(params), tuple(params.values()), types)
-    found = _DEFINED.get(key)
-    if found is None:
-        if len(_DEFINED) >= _DEFINED_MAX:
-            _DEFINED.clear()
-        found = _DEFINED[key] = definition(importer, params)
-    return found
+    return _shared(("definition", importer, tuple(params), tuple(params.values()), types),  # type: ignore[no-any-return]
+                   lambda: definition(importer, params))
 
 
 def workload_definitions(run: Run) -> dict[str, dict[str, set[Scalar]]]:

@@ -37,6 +37,10 @@ FORMAT = "points-table-1"
 #: Where Run's fields are in its constructor's arguments (its slots in order).
 _RUN_FIELD = {name: i for i, name in enumerate(Run.__slots__)}
 _NAMES = tuple(_RUN_FIELD[f] for f in ("source", "importer", "importer_version", "tool_version", "created_at"))
+_POINTS, _PATH, _ENVIRONMENT, _CONFIGS, _CAMPAIGNS = (_RUN_FIELD[f] for f in (
+    "points", "path", "environment", "configs", "campaigns"))
+#: A run's constructor arguments, in order (its slots), at C speed.
+_RUN_ARGS = attrgetter(*Run.__slots__)
 #: The point fields kept as columns, as they are (names and parameters marked: ``_column``).
 _FIELDS = Point._fields
 _AT = {name: i for i, name in enumerate(_FIELDS)}
@@ -78,13 +82,19 @@ def _name_mark(text: Any) -> Any:
 class _Marks:
     """One mark per value within a segment: equal facts, campaigns and names
     of many runs are written once (pickle's memo) and made once when read
-    (a store of `findings bench` holds a run per point)."""
+    (a store of `findings bench` holds a run per point). The dicts and
+    campaigns that the reader shares (one object per value in the process)
+    are looked up by identity first: the runs live while they are encoded."""
 
     def __init__(self) -> None:
         self.facts: dict[Any, Any] = {}
         self.campaigns: dict[Any, _Shared] = {}
+        self.seen: dict[int, Any] = {}  # id(a dict of facts, or a campaign) -> its mark
 
     def of_facts(self, obj: Any) -> Any:
+        mark = self.seen.get(id(obj))
+        if mark is not None:
+            return mark
         if not shareable_facts(obj):
             return obj
         keys, values = tuple(obj), tuple(obj.values())
@@ -92,25 +102,30 @@ class _Marks:
         mark = self.facts.get(key)
         if mark is None:
             mark = self.facts[key] = _Shared(facts_of, (keys, values))
+        self.seen[id(obj)] = mark
         return mark
 
     def of_campaign(self, c: Any) -> _Shared:
+        mark = self.seen.get(id(c))
+        if mark is not None:
+            return mark  # type: ignore[no-any-return]
         mark = self.campaigns.get(c)
         if mark is None:
             mark = self.campaigns[c] = _Shared(campaign_of, (c.name, c.date, c.order))
+        self.seen[id(c)] = mark
         return mark
 
     def header(self, run: Run) -> list[Any]:
         """A run's constructor arguments less its points and path: what runs
         share (facts, campaigns, names) marked."""
-        args: list[Any] = [getattr(run, name) for name in Run.__slots__]
-        args[_RUN_FIELD["points"]] = None
-        args[_RUN_FIELD["path"]] = None
+        args: list[Any] = list(_RUN_ARGS(run))
+        args[_POINTS] = None
+        args[_PATH] = None
         for i in _NAMES:
             args[i] = _name_mark(args[i])
-        args[_RUN_FIELD["environment"]] = self.of_facts(run.environment)
-        args[_RUN_FIELD["configs"]] = {_name_mark(k): self.of_facts(v) for k, v in run.configs.items()}
-        args[_RUN_FIELD["campaigns"]] = tuple(map(self.of_campaign, run.campaigns))
+        args[_ENVIRONMENT] = self.of_facts(run.environment)
+        args[_CONFIGS] = {_name_mark(k): self.of_facts(v) for k, v in run.configs.items()}
+        args[_CAMPAIGNS] = tuple(map(self.of_campaign, run.campaigns))
         return args
 
 
@@ -236,8 +251,8 @@ def _decoded(doc: Any) -> Decoded | None:
 def run(header: list[Any], points: tuple[Point, ...], path: str) -> Run:
     """A run from its decoded header, its points and its file's path."""
     args = list(header)
-    args[_RUN_FIELD["points"]] = points
-    args[_RUN_FIELD["path"]] = path
+    args[_POINTS] = points
+    args[_PATH] = path
     return Run(*args)
 
 

@@ -39,6 +39,7 @@ SIDECAR_KIND = "findings-requests"
 
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _NAME = re.compile(r"^[^\x00-\x1f]{1,200}$")
+_HEX64 = re.compile("[0-9a-f]{64}")
 #: Beyond this magnitude a float may be an integer that a fast JSON parser
 #: (orjson: 64-bit integers only) turned into a float; see run_from_dict.
 _BIG = 2.0 ** 63
@@ -486,6 +487,157 @@ def migrate(doc: dict[str, Any], path: str) -> dict[str, Any]:
     return doc
 
 
+def _facts(v: Any) -> dict[str, Scalar] | None:
+    """``_Reader.shared_scalars`` of a dict of facts (the process's one dict
+    of them), or None where that would check them one by one and might
+    refuse them (D167)."""
+    if type(v) is not dict:
+        return None
+    types = tuple(map(type, v.values()))
+    if _FACT_TYPES.issuperset(types):
+        return _shared(("facts", tuple(v), tuple(v.values()), types), lambda: v)  # type: ignore[no-any-return]
+    if not _SCALARS.issuperset(types) or not all(-_BIG < x < _BIG for x in v.values() if type(x) is float):
+        return None
+    return _shared(("facts", repr(v)), lambda: v)  # type: ignore[no-any-return]
+
+
+#: A field left out: read as an empty dict (never handed out: only compared).
+_NO_PROVENANCE: dict[str, Any] = {}
+
+
+def _common_run(doc: Any, path: str) -> Run | None:
+    """A run file of the common shape, checked with no Python call per field,
+    or None (D167). The common shape: its fields of the expected types, only
+    campaigns this process has read before, facts valid by their types
+    alone, points of the common shape (``_common_point``, ``_fast_points``),
+    no per-campaign configs. A store that `findings bench` wrote holds a
+    file of one point per point measured (100k files at 100k points), and
+    a store of campaigns one per (campaign, config): the checks of a run's
+    fields weigh as much as its points' there. Anything else (the first
+    file of a campaign among them) is None, and takes ``run_from_dict``'s
+    own checks, which name the fault; what this accepts, and what it makes
+    of it, is what those checks accept and make."""
+    get = doc.get
+    names = _VALID_NAMES
+    if (type(schema_version := get("schema_version")) is not int or schema_version != SCHEMA_VERSION
+            or get("kind") != KIND
+            or type(per_campaign := get("campaign_configs", _NO_PROVENANCE)) is not dict or per_campaign
+            or type(run_id := get("run_id")) is not str or not (run_id in names or valid_name(run_id))
+            or type(source := get("source")) is not str or source not in SOURCES
+            or type(importer := get("importer")) is not dict
+            or type(imp_name := importer.get("name")) is not str
+            or type(imp_version := importer.get("version")) is not str
+            or type(tool_version := get("tool_version")) is not str
+            or type(created_at := get("created_at")) is not str
+            or type(inputs := get("inputs")) is not list or not inputs
+            or type(src := inputs[0]) is not dict
+            or not ((source_file := src.get("path")) is None or type(source_file) is str)
+            or type(sha := src.get("sha256")) is not str
+            or type(listed := get("points")) is not list or not listed
+            or type(clist := get("campaigns")) is not list or not clist
+            or type(cfg_doc := get("configs")) is not dict
+            or type(hashes := get("line_hashes", [])) is not list or not _STR.issuperset(map(type, hashes))
+            or (environment := _facts(get("environment") if "environment" in doc else {})) is None
+            or type(provenance := get("provenance", _NO_PROVENANCE)) is not dict):
+        return None
+    kinds = set(map(type, provenance.values()))
+    if not _SCALARS.issuperset(kinds) or (float in kinds and not all(
+            -_BIG < x < _BIG for x in provenance.values() if type(x) is float)):
+        return None
+    extra = []
+    for item in inputs[1:]:  # other inputs (a server log, a prompt set)
+        if not (type(item) is dict and type(where := item.get("path")) is str
+                and type(digest := item.get("sha256")) is str and type(role := item.get("role")) is str):
+            return None
+        extra.append(Input(path=where, sha256=digest, role=role))
+    campaigns = []
+    for c in clist:  # each read before, in another run file: valid as it was
+        if type(c) is not dict:
+            return None
+        name, date, order = c.get("name"), c.get("date"), c.get("order")
+        known = (_SHARED.get(("campaign", name, date, order)) if type(name) is str
+                 and type(date) in (str, type(None)) and type(order) in (int, type(None)) else None)
+        if known is None:
+            return None
+        campaigns.append(known)
+    seen = {c.name for c in campaigns}
+    if len(seen) != len(campaigns):
+        return None
+    configs = {}
+    for k, v in cfg_doc.items():
+        facts = _facts(v)
+        if facts is None or not (k in names or valid_name(k)):
+            return None
+        configs[k] = facts
+    source = _intern(source)
+    if len(listed) > 1:  # a run of several points (an import, or a store of campaigns)
+        try:
+            made = _fast_points(listed, _Reader(path, False), seen, run_id, source, source_file, {})
+        except StoreError:  # a stored series that run_from_dict refuses
+            return None
+        if made is None:
+            return None
+        points = tuple(made)
+    else:
+        point = _common_point(listed[0], seen, run_id, source, source_file, path)
+        if point is None:
+            return None
+        points = (point,)
+    sidecar = None
+    if "requests" in doc:
+        ref = doc["requests"]
+        if not (type(ref) is dict and type(file := ref.get("file")) is str and file == f"{run_id}{SIDECAR_SUFFIX}"
+                and type(digest := ref.get("sha256")) is str and _HEX64.fullmatch(digest)
+                and type(indices := ref.get("points")) is list and indices and set(map(type, indices)) == _INT
+                and min(indices) >= 0 and max(indices) < len(points) and len(set(indices)) == len(indices)
+                and all(points[k].requests is None for k in indices)):
+            return None
+        sidecar = Sidecar(file=file, sha256=digest, points=tuple(indices))
+    for name in configs:
+        names.add(name)
+    if len(names) >= SHARED_MAX:
+        names.clear()
+    return Run(SCHEMA_VERSION, run_id, source, _intern(imp_name), _intern(imp_version), _intern(tool_version),
+               _intern(created_at), source_file, sha, environment, tuple(campaigns), configs, points,
+               frozenset(hashes) if hashes else _NO_HASHES, path,
+               {} if provenance is _NO_PROVENANCE else provenance, tuple(extra), {}, sidecar)
+
+
+def _common_point(p: Any, seen: set[str], run_id: str, source: str, source_file: str | None,
+                  path: str) -> Point | None:
+    """The one point of a run file of the common shape (``_common_run``),
+    checked as ``run_from_dict`` checks it, or None."""
+    names = _VALID_NAMES
+    if not (type(p) is dict
+            and type(campaign := p.get("campaign")) is str and campaign in seen
+            and type(config := p.get("config")) is str and (config in names or valid_name(config))
+            and type(workload := p.get("workload")) is str and (workload in names or valid_name(workload))
+            and type(conc := p.get("concurrency")) is int and conc >= 1
+            and type(metrics_raw := p.get("metrics")) is dict and metrics_raw
+            and set(map(type, values := list(metrics_raw.values()))) == _FLOAT
+            and sum(map(abs, values)) < _BIG  # NaN and infinities refused too (run_from_dict)
+            and metrics_raw.get(THROUGHPUT, 0.0) >= 0
+            and ((requests := p.get("requests")) is None or type(requests) is dict)
+            and ((note := p.get("note")) is None or type(note) is str)
+            and ((line := p.get("source_line")) is None or type(line) is int)
+            and ((stored := p.get("series")) is None or type(stored) is dict)
+            and type(params := p.get("workload_params", _NO_PARSED_PARAMS)) is dict
+            and _SCALARS.issuperset(ptypes := tuple(map(type, params.values())))
+            and (float not in ptypes or all(-_BIG < x < _BIG for x in params.values() if type(x) is float))):
+        return None
+    series = None
+    if stored is not None:
+        try:
+            series = _Reader(path, False).series(stored, "points[0].series")
+        except StoreError:
+            return None
+    names.add(config)
+    names.add(workload)
+    return Point(f"{run_id}/0", run_id, _intern(campaign), _intern(config), _intern(workload), conc,
+                 Metrics.packed(tuple(metrics_raw), values), source, source_file, line, note,
+                 _params(params, {}, ptypes), requests, series)
+
+
 def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
     """Validate one parsed run file and return it as a Run.
 
@@ -496,6 +648,9 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
     """
     r = _Reader(path, big_floats)
     doc = migrate(r.obj(doc, "<root>"), path)
+    common = _common_run(doc, path)
+    if common is not None:
+        return common
     if doc.get("kind") != KIND:
         raise r.fail("kind", f"expected {KIND!r}")
     run_id = r.name(doc.get("run_id"), "run_id")

@@ -145,3 +145,22 @@ def test_what_either_reader_refuses_it_names(name: str, monkeypatch: pytest.Monk
     CHANGES[name](doc)
     outcome = _read(doc, True, monkeypatch)
     assert outcome[0] == "refused" and "field 'points[" in outcome[1]
+
+
+def test_plain_parameters_are_the_one_dict_of_their_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parameters of strings, integers and nulls only are looked up by their
+    names and values (schema._plain_params, D167): the dict ``params_of``
+    shares, whichever run and reader read them first."""
+    doc = _doc()
+    for p in doc["points"]:
+        p["workload_params"] = {"input_len": 1024, "dataset": "sharegpt", "seed": None}
+    doc["points"][2]["workload_params"]["input_len"] = 2048
+    by_points = _read(doc, False, monkeypatch)
+    by_columns = _read(doc, True, monkeypatch)
+    assert by_columns == by_points
+    first = schema.run_from_dict(copy.deepcopy(doc), "runs/x.json", big_floats=False)
+    again = schema.run_from_dict(copy.deepcopy(doc), "runs/y.json", big_floats=False)
+    assert first.points[0].workload_params is first.points[1].workload_params is again.points[0].workload_params
+    assert first.points[0].workload_params is schema.params_of(("input_len", "dataset", "seed"), (1024, "sharegpt", None))
+    assert first.points[2].workload_params == {"input_len": 2048, "dataset": "sharegpt", "seed": None}
+    assert first.points[2].workload_params is not first.points[0].workload_params

@@ -11,7 +11,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Mapping as _AbcMapping
 from dataclasses import dataclass, field
-from itertools import compress, groupby
+from itertools import accumulate, compress, groupby
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
@@ -142,6 +142,20 @@ def _packed(rows: Sequence[Mapping[str, float]]) -> Iterator[bytes]:
     values = attrgetter("_values")
     for start in range(0, len(rows), PACK_ROWS):
         yield b"".join(map(values, rows[start:start + PACK_ROWS]))
+
+
+def packed_rows(keys: Sequence[tuple[str, ...]], flat: Sequence[float]) -> list[Metrics]:
+    """Many rows' ``Metrics`` at once: ``keys``, each row's names in order;
+    ``flat``, their values (floats, checked by the caller), row after row.
+    The values go into one array, cut into each row's own at C speed (a
+    slice: a tenth of the time of an array made from a row's list)."""
+    ends = list(accumulate(map(len, keys)))
+    whole = array("d", flat)
+    rows = map(whole.__getitem__, map(slice, [0, *ends[:-1]], ends))
+    indexes: list[dict[str, int]] = list(map(_KEYS.get, keys))  # type: ignore[arg-type]
+    if None in indexes:  # a key order not seen before in this process
+        indexes = list(map(_index_of, keys))
+    return list(map(Metrics, indexes, rows))
 
 
 def _index_of(keys: tuple[str, ...]) -> dict[str, int]:

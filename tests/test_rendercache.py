@@ -188,3 +188,58 @@ def test_compiled_templates_are_kept_and_an_edited_or_damaged_one_is_compiled_ag
     source.write_text(source.read_text().replace("## Team notes", "## Team notes, edited"))
     edited = render(tmp_path, "--settings", str(settings))
     assert b"## Team notes, edited\n" in edited and edited.replace(b", edited", b"") == committed
+
+
+def test_files_not_seen_before_are_hashed_by_two_threads_as_by_one(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scan into an empty cache hashes every file; two threads share the
+    work (D168). Each file's key and seal state, which files are left out
+    as unreadable, and the manifest are what one thread gives."""
+    store = tmp_path / "store"
+    render_scaling.build_store(store, 900, seed=5, request_fraction=0.3)
+    runs = store / "runs"
+    names = sorted(p.name for p in runs.iterdir() if not p.name.startswith("."))
+    assert len(names) > 40 and any(n.endswith(store_mod.SIDECAR_SUFFIX) for n in names)
+    edited = runs / [n for n in names if n.endswith(".json")][3]
+    edited.write_text(edited.read_text().replace('"output_throughput_tok_s": ', '"output_throughput_tok_s": 1', 1))
+    gone = [n for n in names if n.endswith(".json")][7]
+    for p in runs.iterdir():  # written long enough ago to be kept in the manifest (RACY_S)
+        os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns - 10_000_000_000))
+    real_read = rendercache.diskio.read_bytes
+
+    def reading(path: str) -> bytes:
+        if str(path).endswith("/" + gone):
+            raise FileNotFoundError(path)  # removed between the listing and the read
+        return real_read(path)
+
+    monkeypatch.setattr(rendercache.diskio, "read_bytes", reading)
+    scans = {}
+    for threads_from in (10 ** 9, 2):
+        monkeypatch.setattr(rendercache, "HASH_THREADS_FROM", threads_from)
+        monkeypatch.setenv("FINDINGS_CACHE_DIR", str(tmp_path / f"cache-{threads_from}"))
+        found = rendercache.scan(store)
+        manifest = json.loads(next((tmp_path / f"cache-{threads_from}" / "stores").iterdir()).read_text())
+        scans[threads_from] = (found.files, found.known_edited, manifest["files"])
+    assert scans[2] == scans[10 ** 9] and len(scans[2][2]) == len(names) - 1
+    files, known_edited, _ = scans[2]
+    assert known_edited == (edited.name,)
+    assert gone not in dict(files) and len(files) == len([n for n in names if n.endswith(".json")]) - 1
+
+
+def test_an_error_while_hashing_in_the_second_thread_is_raised(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store = tmp_path / "store"
+    render_scaling.build_store(store, 900, seed=5, request_fraction=0.3)
+    names = sorted(p.name for p in (store / "runs").iterdir())
+    real = rendercache._hash_file
+
+    def hashing(top: str, name: str) -> tuple[str, str] | None:
+        if name == names[5]:  # every other file: the second thread's
+            raise RuntimeError("disk on fire")
+        return real(top, name)
+
+    monkeypatch.setattr(rendercache, "_hash_file", hashing)
+    monkeypatch.setattr(rendercache, "HASH_THREADS_FROM", 2)
+    monkeypatch.setenv("FINDINGS_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        rendercache.scan(store)

@@ -199,22 +199,23 @@ def scan(store: Path) -> Scan:
     hashes: dict[str, str] = {}
     edited: list[str] = []
     recorded: dict[str, list[Any]] = {}
+    same: list[bool] = []
     for name, st in entries:
         old = known.get(name)
-        if (old is not None and len(old) == 5 and old[0] == st.st_size and old[1] == st.st_mtime_ns
-                and old[2] == st.st_ino):
+        same.append(old is not None and len(old) == 5 and old[0] == st.st_size and old[1] == st.st_mtime_ns
+                    and old[2] == st.st_ino)
+    fresh = iter(_hash_files(str(runs), [name for (name, _), hit in zip(entries, same) if not hit]))
+    for (name, st), hit in zip(entries, same):
+        if hit:
+            old = known[name]
             digest, state = old[3], old[4]
             if st.st_mtime_ns < settled:
                 recorded[name] = old  # as it was (the manifest is written again only if one changed)
         else:
-            try:
-                raw = (runs / name).read_bytes()
-            except OSError:
+            got = next(fresh)
+            if got is None:
                 continue  # gone, or unreadable: the reader says which
-            if name.endswith(".json"):
-                digest, state = hash_and_seal(raw)
-            else:
-                digest, state = hashlib.sha256(raw).hexdigest(), ""
+            digest, state = got
             if st.st_mtime_ns < settled:
                 recorded[name] = [st.st_size, st.st_mtime_ns, st.st_ino, digest, state]
         hashes[name] = digest
@@ -228,6 +229,56 @@ def scan(store: Path) -> Scan:
             side = hashes.get(name[:-len(".json")] + SIDECAR_SUFFIX, "")
             files.append((name, hashlib.sha256(f"{digest}|{side}".encode()).hexdigest()))
     return Scan(store, cache, tuple(sorted(files)), tuple(sorted(edited)))
+
+
+#: From this many files to hash on, two threads hash them (D168): reading
+#: a file and its sha256 let go of the interpreter's lock, so both cores
+#: work. A render into an empty cache hashes every file first: 2 GB at
+#: a million points.
+HASH_THREADS_FROM = 64
+
+
+def _hash_file(top: str, name: str) -> tuple[str, str] | None:
+    """A file's sha256 (hex) and seal state (a run file's; "" for a
+    sidecar), or None when it cannot be read."""
+    try:
+        raw = diskio.read_bytes(f"{top}/{name}")
+    except OSError:
+        return None
+    if name.endswith(".json"):
+        return hash_and_seal(raw)
+    return hashlib.sha256(raw).hexdigest(), ""
+
+
+def _hash_files(top: str, names: list[str]) -> list[tuple[str, str] | None]:
+    """``_hash_file`` of each name, in order: by this thread and a second
+    one, every other file each, when there are many and two cores. An
+    error other than a file that cannot be read (or Ctrl-C here) stops
+    both, and is raised here once the second has ended."""
+    out: list[tuple[str, str] | None] = [None] * len(names)
+    failed: list[BaseException] = []
+
+    def work(first: int, step: int) -> None:
+        try:
+            for i in range(first, len(names), step):
+                if failed:
+                    return
+                out[i] = _hash_file(top, names[i])
+        except BaseException as exc:
+            failed.append(exc)
+
+    if len(names) < HASH_THREADS_FROM or (os.cpu_count() or 1) < 2:
+        work(0, 1)
+    else:
+        helper = threading.Thread(target=work, args=(1, 2), daemon=True)
+        helper.start()
+        try:
+            work(0, 2)
+        finally:
+            helper.join()
+    if failed:
+        raise failed[0]
+    return out
 
 
 def _edited_uncached(runs: Path, names: list[str]) -> tuple[str, ...]:

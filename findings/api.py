@@ -67,6 +67,12 @@ def _plots_dir(settings: Settings, document: Path) -> Path:
     return document.parent / f"{document.stem}-plots"
 
 
+def settle() -> None:
+    """What a command leaves to finish before it ends: the render cache's
+    points table, written aside (D168)."""
+    rendercache.settle()
+
+
 def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derived:
     """The one derivation of the settings' store (findings/derive/derived.py),
     its runs from the render cache. The history is replayed only if asked

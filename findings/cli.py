@@ -79,6 +79,12 @@ def main(ctx: click.Context, store: str | None, settings_file: str | None, basel
     ctx.obj = Context(store, settings_file, baseline, noise_floor)
 
 
+@main.result_callback()
+def _settled(*_: Any, **__: Any) -> None:
+    """After any command that succeeded: the render cache's writes aside done."""
+    document.settle()
+
+
 @main.command("init")
 @click.argument("folder", required=False, default=".", type=click.Path(file_okay=False))
 @click.option("--title", default="Findings", show_default=True, help="The document's title.")

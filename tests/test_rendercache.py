@@ -243,3 +243,72 @@ def test_an_error_while_hashing_in_the_second_thread_is_raised(tmp_path: Path,
     monkeypatch.setenv("FINDINGS_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(RuntimeError, match="disk on fire"):
         rendercache.scan(store)
+
+
+def _grown_store(tmp_path: Path) -> tuple[Path, tuple[str, ...], list[str]]:
+    store = tmp_path / "store"
+    render_scaling.build_store(store, 900, seed=11, request_fraction=0.3)
+    settings = tmp_path / "findings.toml"
+    settings.write_text(f'[findings]\ntitle = "cache"\nbaseline = "baseline"\ntemplates = "{ROOT / "templates"}"\n'
+                        f'template = "eagle-fast-verify.md.j2"\nstore = "{store}"\ndocument = "doc.md"\n')
+    return store, ("--settings", str(settings)), sorted(p.name for p in (store / "runs").glob("*.json"))
+
+
+def test_the_points_table_written_aside_is_there_when_the_command_ends(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From KEEP_ASIDE_POINTS new points on, a forked process writes the
+    points table while the render derives (D168); the command waits for
+    it, so the next command reads every run from the table."""
+    store, args, names = _grown_store(tmp_path)
+    monkeypatch.setattr(rendercache, "KEEP_ASIDE_POINTS", 1)
+    forked: list[object] = []
+    real_forked = rendercache.aside.forked
+
+    def counting(fn):  # type: ignore[no-untyped-def]
+        forked.append(fn)
+        return real_forked(fn)
+
+    monkeypatch.setattr(rendercache.aside, "forked", counting)
+    with cache_off():
+        doc = render(tmp_path, *args)
+    read = _counting(monkeypatch)
+    assert render(tmp_path, *args) == doc and sorted(read) == names
+    assert len(forked) == 1 and rendercache._KEEPING == []  # written aside, and waited for
+    read.clear()
+    r = cli(*args, "conclusions", "--json")
+    assert r.exit_code == 0 and read == []  # every run from the table
+
+
+def test_a_writer_that_dies_aside_leaves_the_table_written_here(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, args, names = _grown_store(tmp_path)
+    monkeypatch.setattr(rendercache, "KEEP_ASIDE_POINTS", 1)
+    real_forked = rendercache.aside.forked
+
+    here = os.getpid()
+
+    def dying(fn):  # type: ignore[no-untyped-def]
+        # Killed aside before it wrote anything, say: result() then writes it here.
+        return real_forked(lambda: os._exit(3) if os.getpid() != here else fn())
+
+    monkeypatch.setattr(rendercache.aside, "forked", dying)
+    first = render(tmp_path, *args)
+    read = _counting(monkeypatch)
+    r = cli(*args, "conclusions", "--json")
+    assert r.exit_code == 0 and read == []
+    with cache_off():
+        assert render(tmp_path, *args) == first
+
+
+def test_a_load_waits_for_the_table_the_load_before_writes(
+        tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two loads in one process, with no command around them (a library
+    user): the second reads the table only once the first's writer is
+    done, so two writers never overlap and the second reads no file."""
+    store, _, names = _grown_store(tmp_path)
+    monkeypatch.setattr(rendercache, "KEEP_ASIDE_POINTS", 1)
+    first = rendercache.load(store)
+    assert len(rendercache._KEEPING) == 1
+    read = _counting(monkeypatch)
+    again = rendercache.load(store)
+    assert read == [] and again == first and rendercache._KEEPING == []

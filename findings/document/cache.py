@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import os
 import pickle
@@ -323,6 +324,7 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
             return _load_uncached(folder_, found)
     code = code_fingerprint()
     top = str(folder_)  # a string: no Path per file
+    settle()  # the table as the load before this one left it
     table = _Table(found.cache, store)
     # A run's key is its content as this code derived it: other code
     # (another findings, another Python) never reads it.
@@ -339,8 +341,29 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
             assert run is not None
             new[key] = run
         got.update(new)
-        table.keep(got, new)
+        if sum(len(r.points) for r in new.values()) >= KEEP_ASIDE_POINTS:
+            _KEEPING.append(aside.forked(functools.partial(table.keep, got, new)))
+        else:
+            table.keep(got, new)
         return store_mod.merge([got[k] for k in keys])
+
+
+#: From this many new points on, the points table is written aside (D168):
+#: by a process forked from this one (core/aside.py), while this one goes
+#: on deriving. At a million points, writing it took 5.7 s of a render into
+#: an empty cache.
+KEEP_ASIDE_POINTS = 20_000
+#: The points tables being written aside (``load``), until ``settle``.
+_KEEPING: list[aside.Pending] = []
+
+
+def settle() -> None:
+    """Waits until every points table written aside is written (or, where
+    that failed there, writes it here). A command calls it before it ends
+    (a process that ended would take its writer with it), and ``load``
+    before it reads a table, so that two writers never overlap."""
+    while _KEEPING:
+        _KEEPING.pop(0).result()
 
 
 #: At most this many segments in a store's points table: past it, the

@@ -605,7 +605,10 @@ def _common_run(doc: Any, path: str) -> Run | None:
             return None
         points = tuple(made)
     else:
-        point = _common_point(listed[0], seen, run_id, source, source_file, path)
+        try:
+            point = _common_point(listed[0], 0, seen, run_id, source, source_file, _Reader(path, False), {})
+        except StoreError:  # a stored series that run_from_dict refuses
+            return None
         if point is None:
             return None
         points = (point,)
@@ -629,10 +632,12 @@ def _common_run(doc: Any, path: str) -> Run | None:
                {} if provenance is _NO_PROVENANCE else provenance, tuple(extra), {}, sidecar)
 
 
-def _common_point(p: Any, seen: set[str], run_id: str, source: str, source_file: str | None,
-                  path: str) -> Point | None:
-    """The one point of a run file of the common shape (``_common_run``),
-    checked as ``run_from_dict`` checks it, or None."""
+def _common_point(p: Any, i: int, seen: set[str], run_id: str, source: str, source_file: str | None,
+                  r: _Reader, canon: dict[str, str]) -> Point | None:
+    """Point ``i`` of a run, when it is of the common shape: checked without
+    building a message for every field, or None, and it takes
+    ``run_from_dict``'s checks, which name the fault. A stored series that
+    ``r`` refuses raises its StoreError."""
     names = _VALID_NAMES
     if not (type(p) is dict
             and type(campaign := p.get("campaign")) is str and campaign in seen
@@ -641,7 +646,11 @@ def _common_point(p: Any, seen: set[str], run_id: str, source: str, source_file:
             and type(conc := p.get("concurrency")) is int and conc >= 1
             and type(metrics_raw := p.get("metrics")) is dict and metrics_raw
             and set(map(type, values := list(metrics_raw.values()))) == _FLOAT
-            and sum(map(abs, values)) < _BIG  # NaN and infinities refused too (run_from_dict)
+            # Every value under _BIG, NaN and infinities refused, at C speed:
+            # a sum of magnitudes under it bounds each (a larger sum of
+            # valid values only takes the checked path; not min/max:
+            # min([1.0, nan]) is 1.0, and NaN must fail).
+            and sum(map(abs, values)) < _BIG
             and metrics_raw.get(THROUGHPUT, 0.0) >= 0
             and ((requests := p.get("requests")) is None or type(requests) is dict)
             and ((note := p.get("note")) is None or type(note) is str)
@@ -651,17 +660,15 @@ def _common_point(p: Any, seen: set[str], run_id: str, source: str, source_file:
             and _SCALARS.issuperset(ptypes := tuple(map(type, params.values())))
             and (float not in ptypes or all(-_BIG < x < _BIG for x in params.values() if type(x) is float))):
         return None
-    series = None
-    if stored is not None:
-        try:
-            series = _Reader(path, False).series(stored, "points[0].series")
-        except StoreError:
-            return None
+    series = None if stored is None else r.series(stored, f"points[{i}].series")
     names.add(config)
     names.add(workload)
-    return Point(f"{run_id}/0", run_id, _intern(campaign), _intern(config), _intern(workload), conc,
+    # One string object per distinct name (in the process) and parameter
+    # value (in the run); the parser makes one per occurrence: about 40 MiB
+    # fewer at 100k points. Positional, in the fields' order: faster.
+    return Point(f"{run_id}/{i}", run_id, _intern(campaign), _intern(config), _intern(workload), conc,
                  Metrics.packed(tuple(metrics_raw), values), source, source_file, line, note,
-                 _params(params, {}, ptypes), requests, series)
+                 _params(params, canon, ptypes), requests, series)
 
 
 def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
@@ -732,35 +739,9 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
     for i, p in enumerate(listed if made is None else ()):
         # The common case, checked without building a message for every field;
         # anything else takes the path below, which names the fault.
-        if (fast and type(p) is dict
-                and type(campaign := p.get("campaign")) is str and campaign in seen
-                and type(config := p.get("config")) is str and (config in r.names or r.valid_name(config))
-                and type(workload := p.get("workload")) is str and (workload in r.names or r.valid_name(workload))
-                and type(conc := p.get("concurrency")) is int and conc >= 1
-                and type(metrics_raw := p.get("metrics")) is dict and metrics_raw
-                and set(map(type, values := list(metrics_raw.values()))) == _FLOAT
-                # Every value under _BIG, NaN and infinities refused, at C speed:
-                # a sum of magnitudes under it bounds each (a larger sum of
-                # valid values only takes the checked path below; not min/max:
-                # min([1.0, nan]) is 1.0, and NaN must fail).
-                and sum(map(abs, values)) < _BIG
-                and metrics_raw.get(THROUGHPUT, 0.0) >= 0
-                and ((requests := p.get("requests")) is None or type(requests) is dict)
-                and ((note := p.get("note")) is None or type(note) is str)
-                and ((line := p.get("source_line")) is None or type(line) is int)
-                and ((stored := p.get("series")) is None or type(stored) is dict)
-                and type(params := p.get("workload_params", {})) is dict
-                and _SCALARS.issuperset(ptypes := tuple(map(type, params.values())))
-                and (float not in ptypes or all(-_BIG < x < _BIG for x in params.values() if type(x) is float))):
-            # One string object per distinct name (in the process) and
-            # parameter value (in the run); the parser makes one per
-            # occurrence: about 40 MiB fewer at 100k points. Positional, in
-            # the fields' order: faster.
-            points.append(Point(f"{run_id}/{i}", run_id, _intern(campaign),
-                                _intern(config), _intern(workload),
-                                conc, Metrics.packed(tuple(metrics_raw), values), source,
-                                source_file, line, note, _params(params, canon, ptypes), requests,
-                                None if stored is None else r.series(stored, f"points[{i}].series")))
+        point = _common_point(p, i, seen, run_id, source, source_file, r, canon) if fast else None
+        if point is not None:
+            points.append(point)
             continue
         where = f"points[{i}]"
         p = r.obj(p, where)

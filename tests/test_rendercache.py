@@ -312,3 +312,23 @@ def test_a_load_waits_for_the_table_the_load_before_writes(
     read = _counting(monkeypatch)
     again = rendercache.load(store)
     assert read == [] and again == first and rendercache._KEEPING == []
+
+
+@pytest.mark.parametrize("files", [[], "x", {"bench.json": {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}}, None])
+def test_a_manifest_of_another_shape_is_a_miss(tmp_path: Path, cache: Path, files: object) -> None:
+    """The manifest of a store's stats (cache.scan) is JSON the cache wrote;
+    one of another shape (damaged, or hand-made) is read as no manifest,
+    every file hashed again, never an error."""
+    store = tmp_path / "store"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "store", store)
+    for p in (store / "runs").iterdir():  # old enough to be kept in the manifest
+        os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns - 10_000_000_000))
+    expected = rendercache.scan(store)
+    manifest = next((cache / "stores").iterdir())
+    doc = json.loads(manifest.read_text())
+    if isinstance(files, dict):
+        files = {name: files["bench.json"] for name in doc["files"]}
+    manifest.write_text(json.dumps(dict(doc, files=files)))
+    again = rendercache.scan(store)
+    assert again.files == expected.files and again.known_edited == expected.known_edited
+    assert json.loads(manifest.read_text()) == doc  # written again, whole

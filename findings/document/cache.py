@@ -187,41 +187,35 @@ def scan(store: Path) -> Scan:
         if cache is None:  # nothing to look up: the names are enough (and each file's seal)
             names = sorted(e.name for e in os.scandir(runs) if e.name.endswith(".json") and not e.name.startswith("."))
             return Scan(store, None, tuple((n, "") for n in names), seals=_Seals())
-        entries = sorted((e.name, e.stat()) for e in os.scandir(runs) if not e.name.startswith("."))
+        # In the folder's order: the keys are sorted below, and the manifest
+        # is compared as a mapping.
+        entries = [(e.name, e.stat()) for e in os.scandir(runs) if not e.name.startswith(".")]
     except (FileNotFoundError, NotADirectoryError):
         return Scan(store, cache, ())
     manifest_path = cache / "stores" / f"{_store_id(store)}.json"
     known: dict[str, list[Any]] = {}
     with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
         doc = jsonfast.loads(diskio.read_bytes(str(manifest_path)))
-        if doc.get("version") == VERSION and doc.get("store") == str(store.resolve()):
+        if (doc.get("version") == VERSION and doc.get("store") == str(store.resolve())
+                and type(doc["files"]) is dict):
             known = doc["files"]
     settled = time.time_ns() - int(RACY_S * 1e9)  # a file modified before this is not racy
-    hashes: dict[str, str] = {}
-    edited: list[str] = []
-    recorded: dict[str, list[Any]] = {}
-    same: list[bool] = []
-    for name, st in entries:
-        old = known.get(name)
-        same.append(old is not None and len(old) == 5 and old[0] == st.st_size and old[1] == st.st_mtime_ns
-                    and old[2] == st.st_ino)
-    fresh = iter(_hash_files(str(runs), [name for (name, _), hit in zip(entries, same) if not hit]))
-    for (name, st), hit in zip(entries, same):
-        if hit:
-            old = known[name]
-            digest, state = old[3], old[4]
-            if st.st_mtime_ns < settled:
-                recorded[name] = old  # as it was (the manifest is written again only if one changed)
-        else:
-            got = next(fresh)
-            if got is None:
-                continue  # gone, or unreadable: the reader says which
-            digest, state = got
-            if st.st_mtime_ns < settled:
-                recorded[name] = [st.st_size, st.st_mtime_ns, st.st_ino, digest, state]
-        hashes[name] = digest
-        if state == "edited":
-            edited.append(name)
+    # Each file's (size, modification time, inode) against the manifest's,
+    # in comprehensions (a store of a million points has 64k files).
+    names = [name for name, _ in entries]
+    now = [(st.st_size, st.st_mtime_ns, st.st_ino) for _, st in entries]
+    rows: list[list[Any] | None] = list(map(known.get, names))
+    misses = [i for i, (row, (size, mtime, ino)) in enumerate(zip(rows, now))
+              if not (type(row) is list and len(row) == 5 and row[0] == size and row[1] == mtime and row[2] == ino)]
+    for i, got in zip(misses, _hash_files(str(runs), [names[i] for i in misses])):
+        # None: gone, or unreadable (the reader says which)
+        rows[i] = None if got is None else [*now[i], *got]
+    # A file as it was is kept as its manifest row was (the manifest is
+    # written again only if one changed); one modified lately, not at all.
+    recorded = {name: row for name, row, (_, mtime, _) in zip(names, rows, now)
+                if row is not None and mtime < settled}
+    hashes = {name: row[3] for name, row in zip(names, rows) if row is not None}
+    edited = [name for name, row in zip(names, rows) if row is not None and row[4] == "edited"]
     if recorded != known:
         _write(manifest_path, jsonfast.dumps({"version": VERSION, "store": str(store.resolve()), "files": recorded}))
     files = []

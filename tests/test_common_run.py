@@ -217,7 +217,7 @@ def test_the_common_shape_is_read_without_the_field_checks(name: str, monkeypatc
 def test_a_campaign_not_read_before_takes_the_field_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     doc = _bench_doc()
     doc["campaigns"][0]["name"] = doc["points"][0]["campaign"] = "never-read-before-" + str(random.random())
-    assert schema._common_run(schema.migrate(copy.deepcopy(doc), "x"), "runs/x.json") is None
+    assert schema._common_run(schema.migrate(copy.deepcopy(doc), "x"), schema._Reader("runs/x.json", False)) is None
     assert _taken(doc, monkeypatch)  # once read, it is known
 
 

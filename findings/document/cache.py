@@ -262,7 +262,7 @@ def _hash_files(top: str, names: list[str]) -> list[tuple[str, str] | None]:
         except BaseException as exc:
             failed.append(exc)
 
-    if len(names) < HASH_THREADS_FROM or (os.cpu_count() or 1) < 2:
+    if len(names) < HASH_THREADS_FROM or aside.cores() < 2:
         work(0, 1)
     else:
         helper = threading.Thread(target=work, args=(1, 2), daemon=True)

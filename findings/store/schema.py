@@ -317,15 +317,13 @@ class _Reader:
             raise self.fail(where, "a float this large may have been an integer; read exactly")
 
     def shared_scalars(self, v: Any, where: str) -> dict[str, Scalar]:
-        """``scalars``, the one dict of equal facts read before when there is one.
-        Facts of strings, integers, booleans and nulls only are valid by their
-        types alone, and keyed by their names, values and types (at C speed:
+        """``scalars``, the one dict of equal facts read before when there is one
+        (``_facts``: at C speed where the values need no check one by one;
         a store of `findings bench` repeats them in every run file); others
         are checked, and keyed by their repr (which tells 0.0 from -0.0)."""
-        if type(v) is dict:
-            types = tuple(map(type, v.values()))
-            if _FACT_TYPES.issuperset(types):
-                return _shared(("facts", tuple(v), tuple(v.values()), types), lambda: v)  # type: ignore[no-any-return]
+        found = _facts(v)
+        if found is not None:
+            return found
         d = self.scalars(v, where)
         return _shared(("facts", repr(d)), lambda: d)  # type: ignore[no-any-return]
 
@@ -527,11 +525,11 @@ def _facts(v: Any) -> dict[str, Scalar] | None:
     return _shared(("facts", repr(v)), lambda: v)  # type: ignore[no-any-return]
 
 
-#: A field left out: read as an empty dict (never handed out: only compared).
-_NO_PROVENANCE: dict[str, Any] = {}
+#: An optional field left out (never handed out: only compared).
+_ABSENT: dict[str, Any] = {}
 
 
-def _common_run(doc: Any, path: str) -> Run | None:
+def _common_run(doc: Any, r: _Reader) -> Run | None:
     """A run file of the common shape, checked with no Python call per field,
     or None (D167). The common shape: its fields of the expected types, only
     campaigns this process has read before, facts valid by their types
@@ -542,12 +540,13 @@ def _common_run(doc: Any, path: str) -> Run | None:
     fields weigh as much as its points' there. Anything else (the first
     file of a campaign among them) is None, and takes ``run_from_dict``'s
     own checks, which name the fault; what this accepts, and what it makes
-    of it, is what those checks accept and make."""
+    of it, is what those checks accept and make. ``r``: the caller's reader,
+    whose checks of a stored series it shares."""
     get = doc.get
     names = _VALID_NAMES
     if (type(schema_version := get("schema_version")) is not int or schema_version != SCHEMA_VERSION
             or get("kind") != KIND
-            or type(per_campaign := get("campaign_configs", _NO_PROVENANCE)) is not dict or per_campaign
+            or type(per_campaign := get("campaign_configs", _ABSENT)) is not dict or per_campaign
             or type(run_id := get("run_id")) is not str or not (run_id in names or valid_name(run_id))
             or type(source := get("source")) is not str or source not in SOURCES
             or type(importer := get("importer")) is not dict
@@ -564,7 +563,7 @@ def _common_run(doc: Any, path: str) -> Run | None:
             or type(cfg_doc := get("configs")) is not dict
             or type(hashes := get("line_hashes", [])) is not list or not _STR.issuperset(map(type, hashes))
             or (environment := _facts(get("environment") if "environment" in doc else {})) is None
-            or type(provenance := get("provenance", _NO_PROVENANCE)) is not dict):
+            or type(provenance := get("provenance", _ABSENT)) is not dict):
         return None
     kinds = set(map(type, provenance.values()))
     if not _SCALARS.issuperset(kinds) or (float in kinds and not all(
@@ -598,7 +597,7 @@ def _common_run(doc: Any, path: str) -> Run | None:
     source = _intern(source)
     if len(listed) > 1:  # a run of several points (an import, or a store of campaigns)
         try:
-            made = _fast_points(listed, _Reader(path, False), seen, run_id, source, source_file, {})
+            made = _fast_points(listed, r, seen, run_id, source, source_file, {})
         except StoreError:  # a stored series that run_from_dict refuses
             return None
         if made is None:
@@ -606,7 +605,7 @@ def _common_run(doc: Any, path: str) -> Run | None:
         points = tuple(made)
     else:
         try:
-            point = _common_point(listed[0], 0, seen, run_id, source, source_file, _Reader(path, False), {})
+            point = _common_point(listed[0], 0, seen, run_id, source, source_file, r, {})
         except StoreError:  # a stored series that run_from_dict refuses
             return None
         if point is None:
@@ -622,14 +621,11 @@ def _common_run(doc: Any, path: str) -> Run | None:
                 and all(points[k].requests is None for k in indices)):
             return None
         sidecar = Sidecar(file=file, sha256=digest, points=tuple(indices))
-    for name in configs:
-        names.add(name)
-    if len(names) >= SHARED_MAX:
-        names.clear()
+    names.update(configs)
     return Run(SCHEMA_VERSION, run_id, source, _intern(imp_name), _intern(imp_version), _intern(tool_version),
                _intern(created_at), source_file, sha, environment, tuple(campaigns), configs, points,
-               frozenset(hashes) if hashes else _NO_HASHES, path,
-               {} if provenance is _NO_PROVENANCE else provenance, tuple(extra), {}, sidecar)
+               frozenset(hashes) if hashes else _NO_HASHES, r.path,
+               {} if provenance is _ABSENT else provenance, tuple(extra), {}, sidecar)
 
 
 def _common_point(p: Any, i: int, seen: set[str], run_id: str, source: str, source_file: str | None,
@@ -681,7 +677,7 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
     """
     r = _Reader(path, big_floats)
     doc = migrate(r.obj(doc, "<root>"), path)
-    common = _common_run(doc, path)
+    common = _common_run(doc, r)
     if common is not None:
         return common
     if doc.get("kind") != KIND:

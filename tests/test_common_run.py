@@ -280,3 +280,46 @@ def test_random_changes_read_the_same_either_way(monkeypatch: pytest.MonkeyPatch
         _same(fast, _read(doc, False, monkeypatch))
         accepted += isinstance(fast, Run)
     assert accepted > 50  # the changes reach both outcomes
+
+
+_SERIES_VALUES: list[Any] = [
+    [], [1200.0, 1250.5], [0.0, -0.0], [1e-320, 5e-324], [-3.5, 2.0], [1, 2.0], [True], [None], ["x"],
+    [math.nan], [math.inf], [-math.inf], [2.0 ** 63], [-(2.0 ** 63)], [2.0 ** 62, 2.0 ** 62], [1.7e308, 1.7e308],
+    [2 ** 70], [1.0] * 1000, "1.0", None, {"a": 1.0},
+]
+
+
+@pytest.mark.parametrize("big_floats", [True, False])
+def test_a_series_of_plain_floats_reads_as_each_value_checked_reads_it(big_floats: bool) -> None:
+    """``_Reader.series`` takes a list of floats at C speed: whatever the
+    series holds, it gives what checking each value gives, or the same
+    refusal (NaN, infinities, a float past 2**63 where big floats are
+    refused, a value not a number, a key not a string)."""
+    rng = random.Random(7)
+    cases: list[Any] = [{"key": key, "values": values} for key in (schema.SERIES_KEY, "other", None, 3)
+                        for values in _SERIES_VALUES]
+    cases += [{"values": [1.0]}, {"key": schema.SERIES_KEY}, [1.0], None, "series"]
+    for _ in range(300):
+        values = [rng.choice([rng.uniform(-1e6, 1e6), rng.choice([0.0, -0.0, 2.0 ** 63, math.inf, math.nan]),
+                              rng.randint(-5, 5), True])
+                  if rng.random() < 0.1 else rng.uniform(0, 5e3) for _ in range(rng.randint(0, 12))]
+        cases.append({"key": schema.SERIES_KEY, "values": values})
+    fast_taken = 0
+    for case in cases:
+        r = schema._Reader("runs/x.json", big_floats=big_floats)
+
+        def outcome(read: Callable[[Any, str], Any]) -> Any:
+            try:
+                got = read(copy.deepcopy(case), "points[0].series")
+            except StoreError as exc:
+                return ("refused", str(exc))
+            return ("read", got, None if got is None else tuple(map(type, got)))
+
+        checked = outcome(r.series_checked)
+        calls: list[Any] = []
+        each = r.series_checked
+        r.series_checked = lambda v, where: calls.append(v) or each(v, where)  # type: ignore[method-assign]
+        fast = outcome(r.series)
+        assert repr(fast) == repr(checked), case  # repr: NaN and -0.0 compared as written
+        fast_taken += not calls
+    assert fast_taken > 100  # the random series of floats alone

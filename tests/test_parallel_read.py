@@ -261,3 +261,28 @@ def test_a_shared_dict_keeps_its_types_and_floats_are_never_shared() -> None:
     assert a.points[0].workload_params is b.points[0].workload_params is a.points[3].workload_params
     assert len({id(p.workload_params) for p in a.points[:3]}) == 3
     assert a.points[4].workload_params is not b.points[4].workload_params
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_SETPIPE_SZ is Linux's")
+def test_the_forked_readers_pipe_holds_what_it_sends_between_two_reads_here() -> None:
+    """The pipe the forked reader writes to is widened to PIPE_BYTES where
+    the system allows (D169): this process empties it only when its own
+    reading lets go of the GIL, and at Linux's default 64 KiB the forked
+    reader waited on it a third of its time. Where the limit is lower the
+    pipe stays as it was, and nothing fails."""
+    import fcntl
+    limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    r, w = os.pipe()
+    try:
+        before = fcntl.fcntl(w, fcntl.F_GETPIPE_SZ)
+        rendercache._widen(w)
+        after = fcntl.fcntl(w, fcntl.F_GETPIPE_SZ)
+        if os.geteuid() == 0 or limit >= rendercache.PIPE_BYTES:  # root may go past the limit
+            assert after == rendercache.PIPE_BYTES > before
+        else:
+            assert after == before
+    finally:
+        os.close(r)
+        os.close(w)
+    with open(__file__, "rb") as fh:
+        rendercache._widen(fh.fileno())  # not a pipe: the system refuses, and nothing fails

@@ -24,6 +24,7 @@ Only what the store records is used, never a guess from a workload's name:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Iterable, Mapping
 
 from findings.core.model import Dataset, Point, Scalar
@@ -147,11 +148,21 @@ EXPLANATION = (
 
 
 def speculative_configs(configs: Mapping[str, Mapping[str, Scalar]], points: Iterable[Point]) -> frozenset[str]:
-    """The configs that speculate (``speculates``), by name."""
-    by: dict[str, list[Point]] = {}
-    for p in points:
-        by.setdefault(p.config, []).append(p)
-    return frozenset(n for n, pts in by.items() if speculates(configs.get(n, {}), pts))
+    """The configs that speculate (``speculates``), by name: the configs
+    measured found at C speed, and the points gathered only for those whose
+    facts are silent."""
+    points = points if isinstance(points, (list, tuple)) else list(points)
+    names = set(map(_CONFIG, points))
+    by: dict[str, list[Point]] = {n: [] for n in names
+                                  if configs.get(n, {}).get("speculative_algorithm") is None}
+    if by:
+        for p in points:
+            if p.config in by:
+                by[p.config].append(p)
+    return frozenset(n for n in names if speculates(configs.get(n, {}), by.get(n, ())))
+
+
+_CONFIG = attrgetter("config")
 
 
 def comparison_reasons(a_ids: Iterable[str], b_ids: Iterable[str], config: str, spec: frozenset[str],

@@ -585,6 +585,25 @@ def _chunks_back(frames: list[bytes | None], count: int, top: str, back: list[li
     return out if so_far else out + [None] * (count - len(out))
 
 
+#: The pipe the forked reader writes to, in bytes, where the system lets it
+#: be this large (Linux's default limit, /proc/sys/fs/pipe-max-size).
+PIPE_BYTES = 1 << 20
+
+
+def _widen(fd: int) -> None:
+    """The pipe ``fd`` writes to holds ``PIPE_BYTES`` where the system
+    allows it, else stays as it is. This process empties the pipe from a
+    thread, which runs only when this process's reading lets go of the GIL
+    (every 5 ms at most); a pipe of Linux's default 64 KiB filled up in
+    between, and the forked reader then waited on it: a third of its time
+    on a store of a run file per point (D169)."""
+    try:
+        import fcntl
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass  # another system, or a lower limit: the pipe as it is, slower
+
+
 def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     """``_read_files`` of every file: for a large store on two free cores,
     the first files here (``MINE`` of them) and the others in a forked
@@ -601,6 +620,7 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     size = max(CHUNK_FILES, -(-len(theirs) // 64))
     chunks = [theirs[k:k + size] for k in range(0, len(theirs), size)]
     r, w = os.pipe()
+    _widen(w)
     try:
         pid = os.fork()
     except OSError:

@@ -62,21 +62,25 @@ def merge(runs: list[Run]) -> Dataset:
     campaigns: dict[str, Campaign] = {}
     origin: dict[str, str] = {}
     for run in runs:
-        label = str(run.path or run.source_file)
         for c in run.campaigns:
             old = campaigns.get(c.name)
+            if old is c:  # the one object of it that the runs read in this process share
+                continue
             if old is not None and old != c:
                 raise StoreError(
-                    f"{label}: campaign {c.name!r} has date/order {c.date}/{c.order} "
+                    f"{run.path or run.source_file}: campaign {c.name!r} has date/order {c.date}/{c.order} "
                     f"but {origin[c.name]} says {old.date}/{old.order}"
                 )
             campaigns[c.name] = c
-            origin.setdefault(c.name, label)
+            origin.setdefault(c.name, str(run.path or run.source_file))
     ordered = tuple(sorted(campaigns.values(), key=lambda c: c.sort_key))
     rank = {c.name: i for i, c in enumerate(ordered)}
 
     def latest(run: Run) -> int:
-        return max((rank[c.name] for c in run.campaigns), default=-1)
+        cs = run.campaigns
+        if len(cs) == 1:  # most runs
+            return rank[cs[0].name]
+        return max((rank[c.name] for c in cs), default=-1)
 
     configs: dict[str, dict[str, Scalar]] = {}
     facts: dict[tuple[str, str], dict[str, Scalar]] = {}

@@ -403,9 +403,8 @@ def conclude(data: Dataset, rules: Rules, flags: Mapping[str, tuple[str, ...]], 
     if points is None:
         points = {p.id: p for p in data.points}
     by: dict[str, list[Point]] = {}
-    loads = list(map(_LOAD, map(_PARAMS, data.points)))  # open_loop of each, at C speed
-    for p, v in zip(data.points, loads) if any(issubclass(t, str) for t in set(map(type, loads))) else ():
-        if not isinstance(v, str) or p.id in flags:
+    for p in data.points:
+        if open_loop(p) is None or p.id in flags:
             continue
         by.setdefault(p.workload + (SIMULATED_SUFFIX if p.simulated else ""), []).append(p)
     out = []

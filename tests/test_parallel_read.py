@@ -286,3 +286,27 @@ def test_the_forked_readers_pipe_holds_what_it_sends_between_two_reads_here() ->
         os.close(w)
     with open(__file__, "rb") as fh:
         rendercache._widen(fh.fileno())  # not a pipe: the system refuses, and nothing fails
+
+
+def test_the_drain_keeps_each_whole_frame_and_leaves_out_one_cut_short() -> None:
+    """``_drain`` reads what the forked reader writes, a length and a pickle
+    at a time (D169: each frame read straight into its own bytes): frames
+    of every size, one larger than the pipe, come back whole and in order,
+    and a last frame cut short (the reader died mid-write) is left out."""
+    import threading
+    sizes = [0, 1, 7, 8, 4096, rendercache.PIPE_BYTES + 12345, 3]
+    frames_sent = [bytes([k % 251]) * n for k, n in enumerate(sizes)]
+    r, w = os.pipe()
+
+    def write() -> None:
+        with os.fdopen(w, "wb") as pipe:
+            for frame in frames_sent:
+                pipe.write(len(frame).to_bytes(8, "little") + frame)
+            pipe.write((1000).to_bytes(8, "little") + b"x" * 999)  # cut short
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    got: list[bytes | None] = []
+    rendercache._drain(r, got)
+    writer.join()
+    assert got == frames_sent

@@ -821,11 +821,12 @@ def section_render(a: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     log(f"render: synthetic stores of {', '.join(map(str, sizes))} points")
     rows = []
     # Stores are cached per size and seed in build/perf/render (the first
-    # build of the 1M store takes about an hour here); best of 2 runs where
-    # repeated, one run at 1M (each command there takes minutes).
+    # build of the 1M store takes 15-20 minutes here); best of 2 runs where
+    # repeated, at 1M too: a cold render there takes 20-30 s, and one run
+    # of it varied by a quarter within an hour (D169).
     measured = [r for size in sizes
                 for r in render_scaling.measure([size], ROOT / "build" / "perf" / "render",
-                                                repeats=1 if a.quick or size >= 1000000 else 2)]
+                                                repeats=1 if a.quick else 2)]
     # The same points as `findings bench --url` stores them: one run file a point (issue 38, item 4).
     bench_size = 10000 if a.quick else 100000
     log(f"render: the {bench_size}-point store shaped as findings bench writes it (one run file per point)")

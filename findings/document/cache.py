@@ -557,16 +557,16 @@ def _drain(fd: int, frames: list[bytes | None]) -> None:
     """Every pickle the forked reader writes, as it comes (so that it never
     waits on a full pipe while this process reads its own share), each kept
     whole on its own; a frame cut short (the reader died) is left out."""
-    pending = bytearray()
     with os.fdopen(fd, "rb") as pipe:
-        while block := pipe.read1(1 << 20):
-            pending += block
-            while len(pending) >= 8:
-                size = int.from_bytes(pending[:8], "little")
-                if len(pending) < 8 + size:
-                    break
-                frames.append(bytes(pending[8:8 + size]))
-                del pending[:8 + size]
+        # Each frame read straight into its own bytes object (a read blocks,
+        # the GIL let go, until it is whole or the pipe ends): no copy
+        # through a buffer, which this thread made holding the GIL that the
+        # main thread reads with (0.24 s of it at a million points, D169).
+        while len(head := pipe.read(8)) == 8:
+            frame = pipe.read(int.from_bytes(head, "little"))
+            if len(frame) < int.from_bytes(head, "little"):
+                break
+            frames.append(frame)
 
 
 def _chunks_back(frames: list[bytes | None], count: int, top: str, back: list[list[_Read] | None] | None = None,

@@ -563,8 +563,9 @@ def _drain(fd: int, frames: list[bytes | None]) -> None:
         # through a buffer, which this thread made holding the GIL that the
         # main thread reads with (0.24 s of it at a million points, D169).
         while len(head := pipe.read(8)) == 8:
-            frame = pipe.read(int.from_bytes(head, "little"))
-            if len(frame) < int.from_bytes(head, "little"):
+            size = int.from_bytes(head, "little")
+            frame = pipe.read(size)
+            if len(frame) < size:
                 break
             frames.append(frame)
 

@@ -431,3 +431,30 @@ def test_paper_figures_come_from_the_latest_efficiency_run(tmp_path: Path) -> No
     (tmp_path / "inputs" / "perf-20261203-000000.csv").write_text(head + "c,2026-12-03,firehose,x,1000,1,\n")
     assert perf.stored_efficiency(tmp_path, 1000) == {"aiperf": 200.0}
     assert perf.stored_efficiency(tmp_path / "none", 1000) == {}
+
+
+def test_perf_asks_for_the_peer_and_aiperf_venvs_only_where_a_chosen_section_runs_them() -> None:
+    """`make perf PERF_ARGS="--sections render"` builds and checks neither the
+    peer's venv nor AIPerf's: no section it runs uses them (perf.py
+    clients_for, the Makefile's PERF_PEER and PERF_AIPERF)."""
+    perf = _perf_module()
+    every = [perf.OURS, perf.PEER, perf.REF, perf.AIPERF]
+    assert perf.clients_for(["render"], every) == [perf.OURS, perf.REF]
+    assert perf.clients_for(["render", "emulator", "workers"], every) == [perf.OURS, perf.REF]
+    assert perf.clients_for(["clients", "render"], every) == [perf.OURS, perf.PEER, perf.REF]
+    assert perf.clients_for(["openloop"], every) == [perf.OURS, perf.PEER, perf.REF]
+    assert perf.clients_for(["efficiency"], every) == every
+    assert perf.clients_for(["efficiency"], [perf.OURS]) == [perf.OURS]
+
+    def setups(args: str) -> set[str]:
+        out = subprocess.run(["make", "-n", "perf", f"PERF_ARGS={args}"], cwd=ROOT, text=True,
+                             capture_output=True, check=True).stdout
+        return {name for name in ("peer", "aiperf") if f"benchmarks/{name}/setup.sh" in out}
+
+    assert setups("") == {"peer", "aiperf"}
+    assert setups("--sections render") == set()
+    assert setups("--sections render --efficiency-rounds 1") == set()
+    assert setups("--sections clients,render") == {"peer"}
+    assert setups("--sections openloop") == {"peer"}
+    assert setups("--sections efficiency") == {"peer", "aiperf"}
+    assert setups("--clients findings-bench,aiohttp-reference") == set()

@@ -352,6 +352,16 @@ def reference(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int,
 
 
 CLIENTS = {OURS: ours, PEER: peer, REF: reference}
+#: The sections that run the peer's client and AIPerf, each from its own venv
+#: (the Makefile's perf target builds a venv only for these, as here).
+PEER_SECTIONS = {PEER: {"clients", "openloop", "efficiency"}, AIPERF: {"efficiency"}}
+
+
+def clients_for(sections: list[str], clients: list[str]) -> list[str]:
+    """``clients`` less the peer's client and AIPerf where no section of
+    ``sections`` runs them: `--sections render` (or emulator) needs
+    neither venv, nor the tokenizer they read."""
+    return [c for c in clients if c not in PEER_SECTIONS or PEER_SECTIONS[c] & set(sections)]
 
 
 # --------------------------------------------------------------------------- open loop
@@ -947,6 +957,7 @@ def main() -> int:
                     help="section efficiency: measure every client at every C this many times in turn, keep the best")
     a = ap.parse_args()
     a.clients = [c for c in a.clients.split(",") if c]
+    a.clients = clients_for(a.sections.split(","), a.clients)
     a.efficiency = {}
     if PEER in a.clients and not (PEER_VENV / "bin" / "python").exists():
         raise SystemExit(f"perf: no peer venv at {PEER_VENV}; run bash benchmarks/peer/setup.sh "

@@ -160,15 +160,11 @@ demo: $(STAMP)
 # docs/performance.md from it. Builds the peer's and AIPerf's own venvs first (once).
 # PERF_ARGS="--clients findings-bench,aiohttp-reference" runs without the peer and AIPerf;
 # PERF_ARGS="--sections efficiency,workers" runs only those sections (perf.py --help).
-# A venv is built only for the sections that run its client (perf.py PEER_SECTIONS):
-# PERF_ARGS="--sections render" builds neither.
+# A venv is built only for the sections that run its client (perf.py --setups,
+# from PEER_SECTIONS): PERF_ARGS="--sections render" builds neither.
 PERF_ARGS ?=
-PERF_SECTIONS = $(if $(findstring --sections,$(PERF_ARGS)),$(subst --efficiency-rounds,,$(subst --clients,,$(PERF_ARGS))),clients,openloop,efficiency,workers,emulator,render)
-PERF_PEER = $(if $(findstring --clients,$(PERF_ARGS)),,$(or $(findstring clients,$(PERF_SECTIONS)),$(findstring openloop,$(PERF_SECTIONS)),$(findstring efficiency,$(PERF_SECTIONS))))
-PERF_AIPERF = $(if $(findstring --clients,$(PERF_ARGS)),,$(findstring efficiency,$(PERF_SECTIONS)))
 perf: $(STAMP)
-	$(if $(PERF_PEER),bash benchmarks/peer/setup.sh)
-	$(if $(PERF_AIPERF),bash benchmarks/aiperf/setup.sh)
+	$(foreach s,$(shell $(BIN)/python benchmarks/perf/perf.py --setups $(PERF_ARGS)),bash $(s) &&) true
 	$(BIN)/python benchmarks/perf/perf.py $(PERF_ARGS)
 
 # Rebuild the committed seed store from benchmarks/history/ (into an empty store).

@@ -1,8 +1,8 @@
-"""Two parts of a render that read many points take a shorter path (D169):
-a cell of one point's view, and the configs that speculate. Each must
-give what its plain reading gives, written out here as the reference, on
-a real store of many points and on the cases that could tell them apart
-(-0.0, an integer metric, a config whose facts are silent)."""
+"""The configs that speculate are found by a shorter path (D169), and the
+cells' views are checked beside them. Each must give what its plain
+reading gives, written out here as the reference, on a real store of
+many points and on the cases that could tell them apart (-0.0, an integer
+metric, a config whose facts are silent)."""
 
 from __future__ import annotations
 

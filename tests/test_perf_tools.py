@@ -436,7 +436,7 @@ def test_paper_figures_come_from_the_latest_efficiency_run(tmp_path: Path) -> No
 def test_perf_asks_for_the_peer_and_aiperf_venvs_only_where_a_chosen_section_runs_them() -> None:
     """`make perf PERF_ARGS="--sections render"` builds and checks neither the
     peer's venv nor AIPerf's: no section it runs uses them (perf.py
-    clients_for, the Makefile's PERF_PEER and PERF_AIPERF)."""
+    clients_for, whose ``--setups`` the Makefile runs)."""
     perf = _perf_module()
     every = [perf.OURS, perf.PEER, perf.REF, perf.AIPERF]
     assert perf.clients_for(["render"], every) == [perf.OURS, perf.REF]

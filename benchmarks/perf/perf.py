@@ -352,9 +352,10 @@ def reference(emu: Emulator, work: Path, tag: str, c: int, n: int, out_len: int,
 
 
 CLIENTS = {OURS: ours, PEER: peer, REF: reference}
-#: The sections that run the peer's client and AIPerf, each from its own venv
-#: (the Makefile's perf target builds a venv only for these, as here).
+#: The sections that run the peer's client and AIPerf, each from its own venv.
 PEER_SECTIONS = {PEER: {"clients", "openloop", "efficiency"}, AIPERF: {"efficiency"}}
+#: The script that builds each one's venv (``--setups``: the Makefile runs those a run needs).
+SETUPS = {PEER: "benchmarks/peer/setup.sh", AIPERF: "benchmarks/aiperf/setup.sh"}
 
 
 def clients_for(sections: list[str], clients: list[str]) -> list[str]:
@@ -955,15 +956,19 @@ def main() -> int:
     ap.add_argument("--no-render", action="store_true", help="measure and ingest, do not render the document")
     ap.add_argument("--efficiency-rounds", type=int, default=2,
                     help="section efficiency: measure every client at every C this many times in turn, keep the best")
+    ap.add_argument("--setups", action="store_true",
+                    help="print the scripts that build the venvs these sections' clients need, and exit (make perf)")
     a = ap.parse_args()
-    a.clients = [c for c in a.clients.split(",") if c]
-    a.clients = clients_for(a.sections.split(","), a.clients)
+    a.clients = clients_for(a.sections.split(","), [c for c in a.clients.split(",") if c])
+    if a.setups:
+        print(" ".join(SETUPS[c] for c in a.clients if c in SETUPS))
+        return 0
     a.efficiency = {}
     if PEER in a.clients and not (PEER_VENV / "bin" / "python").exists():
-        raise SystemExit(f"perf: no peer venv at {PEER_VENV}; run bash benchmarks/peer/setup.sh "
+        raise SystemExit(f"perf: no peer venv at {PEER_VENV}; run bash {SETUPS[PEER]} "
                          f"(or pass --clients {OURS},{REF})")
     if AIPERF in a.clients and not (AIPERF_VENV / "bin" / "aiperf").exists():
-        raise SystemExit(f"perf: no AIPerf venv at {AIPERF_VENV}; run bash benchmarks/aiperf/setup.sh "
+        raise SystemExit(f"perf: no AIPerf venv at {AIPERF_VENV}; run bash {SETUPS[AIPERF]} "
                          f"(or pass --clients without {AIPERF})")
     if (PEER in a.clients or AIPERF in a.clients) and not (TOKENIZER / "tokenizer.json").is_file():
         subprocess.run([str(PEER_PY), str(ROOT / "benchmarks" / "peer" / "make_tokenizer.py"), str(TOKENIZER)],

@@ -86,12 +86,16 @@ def point_reasons(p: Point) -> tuple[str, ...]:
     return conditions(p.workload_params).reasons()
 
 
+def _silent(facts: Mapping[str, Scalar]) -> bool:
+    """Whether a config's facts say nothing of speculation (its points tell)."""
+    return facts.get("speculative_algorithm") is None
+
+
 def speculates(facts: Mapping[str, Scalar], points: Iterable[Point]) -> bool:
     """Whether a config speculates: its facts say so, or (facts silent) its
     points report acceptance."""
-    algo = facts.get("speculative_algorithm")
-    if algo is not None:
-        return str(algo).strip().lower() not in {"", "none", "null", "off", "false", "no"}
+    if not _silent(facts):
+        return str(facts["speculative_algorithm"]).strip().lower() not in {"", "none", "null", "off", "false", "no"}
     keys = ("accept_length", "accept_length_metrics", "draft_acceptance", "draft_acceptance_metrics")
     return any(k in p.metrics for p in points for k in keys)
 
@@ -153,8 +157,7 @@ def speculative_configs(configs: Mapping[str, Mapping[str, Scalar]], points: Ite
     facts are silent."""
     points = points if isinstance(points, (list, tuple)) else list(points)
     names = set(map(_CONFIG, points))
-    by: dict[str, list[Point]] = {n: [] for n in names
-                                  if configs.get(n, {}).get("speculative_algorithm") is None}
+    by: dict[str, list[Point]] = {n: [] for n in names if _silent(configs.get(n, {}))}
     if by:
         for p in points:
             if p.config in by:

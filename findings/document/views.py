@@ -70,11 +70,6 @@ class CellView:
 def cell_views(cells: Iterable[Cell], points: Mapping[str, Point]) -> list[CellView]:
     out = []
     for c in cells:
-        if len(c.point_ids) == 1:  # most cells: each mean is sum([v]) / 1, written out (-0.0 -> 0.0, 3 -> 3.0)
-            m = points[c.point_ids[0]].metrics
-            out.append(CellView(c.config, c.concurrency, c.campaign, c.mean, {k: (0 + m[k]) / 1 for k in sorted(m)},
-                                c.point_ids))
-            continue
         pts = [points[i] for i in c.point_ids]
         keys = sorted({k for p in pts for k in p.metrics})
         metrics = {}

@@ -81,7 +81,8 @@ def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derive
     ``with_history``."""
     found = found if found is not None else rendercache.scan(settings.store)
     data = rendercache.load(settings.store, found)
-    with store.quiet_gc():  # millions of new objects, no cycles: a third of the time at 100k points
+    # millions of new objects, no cycles: a third of the time at 100k points
+    with store.quiet_gc(), rendercache.intervals(found, keep=False):
         return derive(data, settings.rules)
 
 
@@ -93,8 +94,8 @@ def with_history(settings: Settings, found: rendercache.Scan | None = None) -> I
     is written back once the command has read the history."""
     found = found if found is not None else rendercache.scan(settings.store)
     data = rendercache.load(settings.store, found)
-    cache = rendercache.get_history(found)
-    with store.quiet_gc():
+    with store.quiet_gc(), rendercache.intervals(found):
+        cache = rendercache.get_history(found)  # (at a million points, 0.4 s less with the collector off)
         d = derive(data, settings.rules, cache, aside=aside.forked)
         try:
             yield d

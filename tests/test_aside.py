@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT
 from findings.core import aside
 from findings.derive import history
-from findings.derive.analysis import Rules
+from findings.derive.analysis import Rules, cells
 from findings.derive.derived import derive
 from findings.derive.history import HistoryCache, begin, replay
 
@@ -264,10 +264,11 @@ def test_a_render_with_the_replay_aside_is_the_same_document(tmp_path: Path, mon
 
 def test_the_chain_is_hashed_aside_when_the_replay_may_resume(monkeypatch: pytest.MonkeyPatch,
                                                               tmp_path: Path) -> None:
-    """D146: with a cache to resume from, a replay aside hashes the chain
-    there (the caller's path does not wait for it); with nothing to resume,
-    the caller hashes it while the whole replay runs aside. The entries and
-    the cache left are those of one replay here, either way."""
+    """D146: with nothing to resume, the caller hashes the chain while the
+    whole replay runs aside. D171: with a cache to resume from, the caller
+    hashes it first (to tell whether the replay resumes), and a replay
+    resumed with many cells new runs aside. The entries and the cache left
+    are those of one replay here, either way."""
     monkeypatch.setattr(history, "ASIDE_CELLS", 1)
     where = tmp_path / "hashed"
     real = history._chain
@@ -285,10 +286,47 @@ def test_the_chain_is_hashed_aside_when_the_replay_may_resume(monkeypatch: pytes
     assert begin(earlier, rules, cache=cache, aside=aside.forked).result() == replay(earlier, rules)
     assert [int(p) for p in where.read_text().split()] == [os.getpid()]  # nothing to resume: here
     where.unlink()
-    got = begin(data, rules, cache=cache, aside=aside.forked).result()
+    forks: list[int] = []
+
+    def counted(fn: Any) -> Any:
+        forks.append(1)
+        return aside.forked(fn)
+
+    got = begin(data, rules, cache=cache, aside=counted).result()
     pids = [int(p) for p in where.read_text().split()]
-    assert len(pids) == 1 and pids[0] != os.getpid() and cache.replayed == 1  # resumed: hashed aside
+    assert pids == [os.getpid()] and cache.replayed == 1 and forks == [1]  # resumed: hashed here, run aside
     plain = HistoryCache()
     replay(earlier, rules, cache=plain)
     assert got == replay(data, rules, cache=plain)
     assert (cache.chain, cache.entries, cache.replayed) == (plain.chain, plain.entries, plain.replayed)
+
+
+def test_a_replay_resumed_with_few_cells_new_runs_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """D171: a store large enough for its replay to run aside, whose cache
+    resumes it with fewer than ASIDE_CELLS cells new (a render after a new
+    campaign): replayed here, when asked for. A fork's pages, copied as this
+    process went on deriving, cost more than such a replay."""
+    data = synthetic(2, campaigns=12)
+    earlier = data.upto(data.campaigns[-2].name)
+    rules = Rules(resamples=200)
+    cache = HistoryCache()
+    replay(earlier, rules, cache=cache)
+    every = len(cells(data, rules))
+    new = every - len(cells(earlier, rules))
+    assert 0 < new < every
+    monkeypatch.setattr(history, "ASIDE_CELLS", new + 1)  # the store's cells are more, the new ones fewer
+    forks: list[int] = []
+
+    def counted(fn: Any) -> Any:
+        forks.append(1)
+        return aside.forked(fn)
+
+    begun = begin(data, rules, cache=cache, aside=counted)
+    assert forks == []
+    got = begun.result()
+    assert forks == [] and cache.replayed == 1 and got == replay(data, rules)
+    # One cell fewer than the new ones: aside, as before.
+    monkeypatch.setattr(history, "ASIDE_CELLS", new)
+    again = HistoryCache()
+    replay(earlier, rules, cache=again)
+    assert begin(data, rules, cache=again, aside=counted).result() == got and forks == [1]

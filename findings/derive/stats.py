@@ -16,11 +16,13 @@ Resampling is seeded from the point ids, so a render is deterministic.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import marshal
 import math
 import random
 import zlib
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 # The time-window series of one run moved to findings/core/series.py (the
 # store writes it with the run, D109); its names stay importable from here.
@@ -35,10 +37,54 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-@functools.lru_cache(maxsize=65536)
 def ratio_ci(a: tuple[float, ...], b: tuple[float, ...], level: float, resamples: int,
              seed_text: str) -> tuple[float, float]:
-    """Percentile bootstrap CI of mean(a) / mean(b), resampling each side."""
+    """Percentile bootstrap CI of mean(a) / mean(b), resampling each side:
+    within ``intervals``, the one known for these very inputs where there is
+    one (its samples, level, resamples and seed: the content of the cells
+    compared), else computed; each asked for is recorded there."""
+    if _ASKED is None:
+        return _bootstrap(a, b, level, resamples, seed_text)
+    try:
+        # marshal's bytes tell 0.0 from -0.0 and 1 from 1.0, which == does not.
+        key = marshal.dumps((a, b, level, resamples, seed_text), 4)
+    except ValueError:  # not of plain numbers: computed, not kept
+        return _bootstrap(a, b, level, resamples, seed_text)
+    found = _KNOWN.get(key)
+    if found is None:
+        found = _bootstrap(a, b, level, resamples, seed_text)
+    _ASKED[key] = found
+    return found
+
+
+#: An interval's inputs (``ratio_ci``'s arguments, marshalled) -> the interval.
+Intervals = dict[bytes, tuple[float, float]]
+#: Within ``intervals``: those known before, and those asked for since (None: outside).
+_KNOWN: Intervals = {}
+_ASKED: Intervals | None = None
+
+
+@contextlib.contextmanager
+def intervals(known: Mapping[bytes, tuple[float, float]] | None = None) -> Iterator[Intervals]:
+    """Within it, ``ratio_ci`` takes an interval from ``known`` where its
+    inputs are there (the render cache's, kept from the commands before:
+    D171), and records every interval asked for in the dict this yields,
+    which a later command can be given as ``known``. The intervals are the
+    same bits either way: only how often the bootstrap runs changes."""
+    global _KNOWN, _ASKED
+    saved = _KNOWN, _ASKED
+    asked: Intervals = {}
+    _KNOWN, _ASKED = dict(known or {}), asked
+    try:
+        yield asked
+    finally:
+        _KNOWN, _ASKED = saved
+
+
+@functools.lru_cache(maxsize=65536)
+def _bootstrap(a: tuple[float, ...], b: tuple[float, ...], level: float, resamples: int,
+               seed_text: str) -> tuple[float, float]:
+    """``ratio_ci``, computed (once per process for the same inputs)."""
     rng = random.Random(zlib.crc32(seed_text.encode()))
     na, nb = len(a), len(b)
     ratios: Sequence[float]

@@ -248,7 +248,8 @@ def first_piece(folder: Path, history: HistoryCache) -> str:
     return rendercache._piece_name(history.chain[3])
 
 
-@pytest.mark.parametrize("damage", ["piece", "head", "missing piece", "other code", "short piece"])
+@pytest.mark.parametrize("damage", ["piece", "head", "missing piece", "other code", "short piece", "head's pieces",
+                                    "head's chain"])
 def test_a_damaged_history_is_a_fresh_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
     monkeypatch.setenv("FINDINGS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("FINDINGS_CACHE", raising=False)
@@ -265,6 +266,11 @@ def test_a_damaged_history_is_a_fresh_one(tmp_path: Path, monkeypatch: pytest.Mo
         (folder / "head.pickle").write_bytes(pickle.dumps(("not", "a", "head")))
     elif damage == "missing piece":
         piece.unlink()
+    elif damage in ("head's pieces", "head's chain"):
+        code, chain, concluded, replayed, pieces, tail = pickle.loads((folder / "head.pickle").read_bytes())
+        head = (code, chain, concluded, replayed, 5, tail) if damage == "head's pieces" else \
+            (code, chain[:-1] + (7,), concluded, replayed, pieces, tail)
+        (folder / "head.pickle").write_bytes(pickle.dumps(head))
     elif damage == "short piece":
         piece.write_bytes(pickle.dumps(tuple(_history(3).entries)))
     else:

@@ -776,19 +776,18 @@ def get_history(found: Scan) -> HistoryCache | None:
     if not (type(head) is tuple and len(head) == 6 and head[0] == code_fingerprint()):
         return HistoryCache()
     _, chain, concluded, replayed, pieces, tail = head
+    if not (type(chain) is tuple and all(type(link) is str for link in chain) and type(concluded) is dict
+            and type(replayed) is int and type(tail) is tuple and len(tail) < HISTORY_PIECE
+            and type(pieces) is list and len(pieces) * HISTORY_PIECE + len(tail) == len(chain)
+            and pieces == [_piece_name(chain[k - 1]) for k in range(HISTORY_PIECE, len(chain) + 1, HISTORY_PIECE)]):
+        return HistoryCache()
     entries: list[Any] = []
     for name in pieces:
         piece = _read_pickle(folder_ / name)
         if type(piece) is not tuple or len(piece) != HISTORY_PIECE:
             return HistoryCache()
         entries.extend(piece)
-    if type(tail) is not tuple:
-        return HistoryCache()
     entries.extend(tail)
-    if type(chain) is not tuple or len(entries) != len(chain) or type(concluded) is not dict \
-            or [_piece_name(chain[k + HISTORY_PIECE - 1]) for k in range(0, len(pieces) * HISTORY_PIECE,
-                                                                         HISTORY_PIECE)] != pieces:
-        return HistoryCache()
     return HistoryCache(chain=chain, entries=tuple(entries), concluded=concluded, replayed=replayed)
 
 

@@ -202,14 +202,18 @@ def _history(n: int, prefix: str = "link") -> HistoryCache:
                         concluded={}, replayed=n)
 
 
-def test_the_history_is_kept_in_pieces_each_written_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[rendercache.Scan, Path]:
+    """An empty store's scan with a cache, pieces of four entries, and its history's folder."""
     monkeypatch.setenv("FINDINGS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("FINDINGS_CACHE", raising=False)
     monkeypatch.setattr(rendercache, "HISTORY_PIECE", 4)
     store = tmp_path / "store"
     (store / "runs").mkdir(parents=True)
-    found = rendercache.scan(store)
-    folder = tmp_path / "cache" / "history" / rendercache._store_id(store)
+    return rendercache.scan(store), tmp_path / "cache" / "history" / rendercache._store_id(store)
+
+
+def test_the_history_is_kept_in_pieces_each_written_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    found, folder = _pieces(tmp_path, monkeypatch)
     written: list[str] = []
     real = rendercache._write
 
@@ -251,14 +255,8 @@ def first_piece(folder: Path, history: HistoryCache) -> str:
 @pytest.mark.parametrize("damage", ["piece", "head", "missing piece", "other code", "short piece", "head's pieces",
                                     "head's chain"])
 def test_a_damaged_history_is_a_fresh_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
-    monkeypatch.setenv("FINDINGS_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("FINDINGS_CACHE", raising=False)
-    monkeypatch.setattr(rendercache, "HISTORY_PIECE", 4)
-    store = tmp_path / "store"
-    (store / "runs").mkdir(parents=True)
-    found = rendercache.scan(store)
+    found, folder = _pieces(tmp_path, monkeypatch)
     rendercache.put_history(found, _history(9))
-    folder = tmp_path / "cache" / "history" / rendercache._store_id(store)
     piece = folder / first_piece(folder, _history(9))
     if damage == "piece":
         piece.write_bytes(b"garbage")

@@ -274,3 +274,14 @@ def test_a_damaged_history_is_a_fresh_one(tmp_path: Path, monkeypatch: pytest.Mo
     else:
         monkeypatch.setattr(rendercache, "_CODE", "another findings")
     assert rendercache.get_history(found) == HistoryCache()
+
+
+def test_without_a_cache_intervals_are_neither_looked_up_nor_recorded(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    (store / "runs").mkdir(parents=True)
+    with cache_off():
+        found = rendercache.scan(store)
+        with rendercache.intervals(found):
+            assert stats._ASKED is None
+            assert stats.ratio_ci(A, B, 0.95, 200, "s") == stats._bootstrap(A, B, 0.95, 200, "s")
+    assert found.cache is None and not (tmp_path / "cache").exists()

@@ -864,7 +864,11 @@ def put_intervals(found: Scan, asked: stats.Intervals, known: stats.Intervals) -
 def intervals(found: Scan, keep: bool = True) -> Iterator[None]:
     """Within it, the bootstrap intervals of this store kept before are
     taken where the same inputs come again (stats.intervals, D171), and,
-    with ``keep``, those asked for are kept once it ends without an error."""
+    with ``keep``, those asked for are kept once it ends without an error.
+    Without a cache, nothing: the intervals are computed as they are asked for."""
+    if found.cache is None:
+        yield
+        return
     known = get_intervals(found)
     with stats.intervals(known) as asked:
         yield

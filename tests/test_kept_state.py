@@ -224,8 +224,12 @@ def test_the_history_is_kept_in_pieces_each_written_once(tmp_path: Path, monkeyp
     monkeypatch.setattr(rendercache, "_write", counted)
     assert rendercache.get_history(found) == HistoryCache()  # nothing kept yet
 
+    legacy = folder.parent / f"{folder.name}.pickle"  # the whole state in one file (before D171)
+    legacy.parent.mkdir(parents=True)
+    legacy.write_bytes(b"old")
     first = _history(13)
     rendercache.put_history(found, first)
+    assert not legacy.exists()
     assert len(written) == 4 and written[-1] == "head.pickle"  # three pieces of four, then the last one
     assert rendercache.get_history(found) == first
     # One campaign more: only what follows the last whole piece is written again.

@@ -815,6 +815,8 @@ def put_history(found: Scan, history: HistoryCache | None) -> None:
             if other not in keep and not other.startswith("."):  # (a write in progress is a dot file)
                 with contextlib.suppress(OSError):
                     os.unlink(folder_ / other)
+    with contextlib.suppress(OSError):  # the whole state in one file, as code before D171 kept it
+        os.unlink(folder_.parent / f"{folder_.name}.pickle")
 
 
 def _intervals_entry(found: Scan) -> Path | None:

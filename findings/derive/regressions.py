@@ -756,15 +756,17 @@ class Concluded:
     #: join the validity gates' flags: marked in their campaign, in no verdict).
     suspect_flags: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    @property
+    # Each found once, when first read (the document reads the suspect
+    # moves once per workload: a pass over every move each time).
+    @functools.cached_property
     def steps(self) -> list[Move]:
         return steps(self.moves)
 
-    @property
+    @functools.cached_property
     def drift(self) -> list[Move]:
         return [m for m in self.moves if m.kind == DRIFT]
 
-    @property
+    @functools.cached_property
     def suspect(self) -> list[Move]:
         return suspects(self.moves)
 

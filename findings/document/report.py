@@ -759,11 +759,15 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     # (Those of the campaigns shown picked out at C speed: a few of thousands.)
     for p in compress(closed, map(shown_names.__contains__, map(attrgetter("campaign"), closed))):
         by_campaign.setdefault(p.campaign, {}).setdefault(analysis_workload(p.workload, p.simulated), []).append(p)
+    # The valid cells of the campaigns shown (picked out at C speed), and,
+    # for the SLO's lines only, every valid cell by workload.
     valid_at: dict[tuple[str, str], list[Cell]] = {}
-    valid_of: dict[str, list[Cell]] = {}
-    for cell in valid:
+    for cell in compress(valid, map(shown_names.__contains__, map(_CAMPAIGN, valid))):
         valid_at.setdefault((cell.campaign, cell.workload), []).append(cell)
-        valid_of.setdefault(cell.workload, []).append(cell)
+    valid_of: dict[str, list[Cell]] = {}
+    if slo.set:
+        for cell in valid:
+            valid_of.setdefault(cell.workload, []).append(cell)
     bad_points = labels.in_order(flags, points)
     # A tune's trials other than its best: in its Config search section, not
     # one policy and Deploy block each in the conclusion (D115).
@@ -771,7 +775,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
                             if tr.state != tuning.BASELINE) - {t.best.config for t in derived.tuning if t.best}
     workloads: list[dict[str, Any]] = []
     for wc in conclusions.workloads:
-        latest = _latest_views(valid_of.get(wc.workload, []), points)
+        latest = _latest_views(valid_of.get(wc.workload, []), points) if slo.set else []
         bad = [p for p in bad_points if analysis_workload(p.workload, p.simulated) == wc.workload]
         left_out = [f"{labels.label(p.id)} ({p.config}, C={p.concurrency}, campaign {p.campaign}): "
                     f"{'; '.join(flags[p.id])}"

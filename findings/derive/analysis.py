@@ -621,7 +621,10 @@ class Table:
         a_spread, a_mean, a_campaign = a.spread, a.mean, a.campaign
         repeats = rules.interval != "band" and a.n >= 2
         blocks = rules.interval == "auto" and bool(a.series)
-        cells = others.values() if campaigns is None else [c for k, c in others.items() if k in campaigns]
+        # Of ``campaigns`` only: each looked up (a document shows a few of
+        # thousands), then in rank order, as ``others`` holds them.
+        cells = others.values() if campaigns is None else \
+            sorted((others[k] for k in set(campaigns) if k in others), key=_RANK)
         for b in cells:
             b_mean = b.mean
             if b.campaign == skip or b_mean <= 0:

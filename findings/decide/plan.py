@@ -30,6 +30,8 @@ import json
 import math
 import os
 from dataclasses import dataclass, replace
+from itertools import compress
+from operator import attrgetter
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
@@ -126,10 +128,15 @@ def _bracket(cand: Candidate) -> tuple[int, int] | None:
 Terms = tuple[list[float], int]
 
 
+_N = attrgetter("n")
+
+
 def _terms(cells: Iterable[Cell]) -> Terms:
     terms, dof = [], 0
-    for c in cells:
-        if c.n >= 2 and c.mean > 0:
+    cells = list(cells)
+    # The cells of repeats picked out at C speed (most cells hold one run), in their order.
+    for c in compress(cells, map((2).__le__, map(_N, cells))):
+        if c.mean > 0:
             var = sum((v - c.mean) ** 2 for v in c.values) / (c.n - 1)
             terms.append(var / c.mean ** 2 * (c.n - 1))
             dof += c.n - 1

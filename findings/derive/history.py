@@ -345,7 +345,7 @@ def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     job = _Job(data, rules, all_cells, found, cache, on_step)
     if job.cells < ASIDE_CELLS:
         return Replay(job.finish)
-    if job.may_resume and job.resume and job.new_cells < ASIDE_CELLS:
+    if job.resume and job.new_cells < ASIDE_CELLS:  # (resume: the chain hashed here)
         # Resumed, with a few campaigns new: replayed here when asked for.
         # Aside, this process paid more for the pages the fork shared
         # (copied as it went on deriving) than the replay takes (D171).

@@ -60,7 +60,7 @@ def ratio_ci(a: tuple[float, ...], b: tuple[float, ...], level: float, resamples
 #: An interval's inputs (``ratio_ci``'s arguments, marshalled) -> the interval.
 Intervals = dict[bytes, tuple[float, float]]
 #: Within ``intervals``: those known before, and those asked for since (None: outside).
-_KNOWN: Intervals = {}
+_KNOWN: Mapping[bytes, tuple[float, float]] = {}
 _ASKED: Intervals | None = None
 
 
@@ -74,7 +74,7 @@ def intervals(known: Mapping[bytes, tuple[float, float]] | None = None) -> Itera
     global _KNOWN, _ASKED
     saved = _KNOWN, _ASKED
     asked: Intervals = {}
-    _KNOWN, _ASKED = dict(known or {}), asked
+    _KNOWN, _ASKED = known or {}, asked
     try:
         yield asked
     finally:

@@ -772,7 +772,7 @@ def get_history(found: Scan) -> HistoryCache | None:
     folder_ = _history_folder(found)
     if folder_ is None:
         return None
-    head = _read_pickle(folder_ / "head.pickle") if (folder_ / "head.pickle").exists() else None
+    head = _read_pickle(folder_ / "head.pickle")  # (None where missing)
     if not (type(head) is tuple and len(head) == 6 and head[0] == code_fingerprint()):
         return HistoryCache()
     _, chain, concluded, replayed, pieces, tail = head
@@ -830,7 +830,7 @@ def get_intervals(found: Scan) -> stats.Intervals:
     store was asked for, by their inputs (stats.intervals, D171): none
     without a cache, or where the entry is missing, damaged or of other code."""
     entry = _intervals_entry(found)
-    value = _read_pickle(entry) if entry is not None and entry.exists() else None
+    value = _read_pickle(entry) if entry is not None else None  # (None where missing)
     if not (type(value) is tuple and len(value) == 2 and value[0] == code_fingerprint() and type(value[1]) is dict):
         return {}
     known: stats.Intervals = value[1]

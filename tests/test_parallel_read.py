@@ -1,15 +1,17 @@
 """A large store is read by two processes (findings/document/cache.py
-``_read_all``, D133, D136): this one reads the first run files (a little
-more than half), a forked one the others. Real files, a real fork: the dataset, the files
-found edited and the first error in file order are those of one process
-reading them all."""
+``_read_all``, D133, D173): this one reads chunks of run files from the
+first on, a forked one from the last back, until they meet. Real files, a
+real fork: the dataset, the files found edited and the first error in file
+order are those of one process reading them all."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,14 +57,18 @@ def _comparable(data: object) -> object:
 
 def test_two_processes_read_what_one_reads(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     files = sorted((store / "runs").glob("*.json"))
-    assert len(files) >= 12  # so that the forked reader's half has several chunks
+    assert len(files) >= 12  # several chunks of 3 for each reader
     one, _ = _load(store, False, monkeypatch)
     readers = tmp_path / "readers"
     real = rendercache._read_files
+    parent = os.getpid()
 
     def noted(top: str, names: list[str], *rest: bool) -> list[object]:
         with readers.open("a") as f:
-            f.write(f"{os.getpid()} {len(names)}\n")
+            f.write(f"{os.getpid()} {names[0]} {len(names)}\n")
+        # Each reader slowed as much, this one in the first of its chunks
+        # too: whoever starts first, both get some.
+        time.sleep(0.3)
         return real(top, names, *rest)  # type: ignore[return-value]
 
     monkeypatch.setattr(rendercache, "_read_files", noted)
@@ -70,11 +76,17 @@ def test_two_processes_read_what_one_reads(store: Path, tmp_path: Path, monkeypa
     assert _comparable(one) == _comparable(two)
     assert len(two.points) == 600  # type: ignore[attr-defined]
     calls = [line.split() for line in readers.read_text().splitlines()]
-    mine = [int(n) for pid, n in calls if int(pid) == os.getpid()]
-    forked = [int(n) for pid, n in calls if int(pid) != os.getpid()]
-    share = round(len(files) * rendercache.MINE)  # a little more than half (D136), in chunks between which
-    assert sum(mine) == share and len(mine) >= 2  # this process unpickles what the forked one sent back
-    assert len(forked) >= 2 and sum(forked) == len(files) - share
+    order = [f.name for f in files]
+    mine = [order.index(first) for pid, first, _ in calls if int(pid) == parent]
+    forked = [order.index(first) for pid, first, _ in calls if int(pid) != parent]
+    # This process from the first file on, the forked one from the last
+    # chunk back; each a run of chunks, meeting once (a chunk both claimed
+    # at once is read by both, and this process's reading kept).
+    assert mine and forked and mine == sorted(mine) and forked == sorted(forked, reverse=True)
+    assert mine[0] == 0 and max(mine) <= min(forked) and forked[0] == 3 * ((len(files) - 1) // 3)
+    read = sum(int(n) for _, _, n in calls)
+    assert len(files) <= read <= len(files) + 3
+    assert len({first for _, first, _ in calls}) == -(-len(files) // 3)  # every chunk read
 
 
 def test_an_error_in_the_forked_half_is_the_one_reported(store: Path, tmp_path: Path,
@@ -132,11 +144,41 @@ def test_a_forked_reader_that_dies_half_way_is_read_again_from_there(store: Path
     one, _ = _load(store, False, monkeypatch)
     real = rendercache._read_in_child
 
-    def one_chunk_then_die(top: str, chunks: list[list[str]], out: int, *rest: bool) -> None:
-        real(top, chunks[:1], out, *rest)  # the first chunk sent whole, then nothing
-        os._exit(3)
+    class OneClaim:
+        """The forked reader's claims, but it dies as it claims its second
+        chunk: the last chunk sent whole, the one before it claimed by
+        nobody, the rest read here."""
+
+        def __init__(self, claims: Any) -> None:
+            self.claims, self.made = claims, 0
+
+        def __getitem__(self, k: int) -> int:
+            return self.claims[k]  # type: ignore[no-any-return]
+
+        def __setitem__(self, k: int, value: int) -> None:
+            self.made += 1
+            if self.made > 1:
+                os._exit(3)
+            self.claims[k] = value
+
+    def one_chunk_then_die(top: str, chunks: list[list[str]], out: int, seals: bool, claims: Any) -> None:
+        real(top, chunks, out, seals, OneClaim(claims))
 
     monkeypatch.setattr(rendercache, "_read_in_child", one_chunk_then_die)
+    two, _ = _load(store, True, monkeypatch)
+    assert _comparable(one) == _comparable(two)
+
+
+def test_a_chunk_sent_back_for_the_wrong_files_is_read_here(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame names its chunk's index; one whose runs are not that chunk's
+    files is left out, and the chunk read here."""
+    one, _ = _load(store, False, monkeypatch)
+    real = rendercache._read_in_child
+
+    def shifted(top: str, chunks: list[list[str]], out: int, seals: bool, claims: Any) -> None:
+        real(top, chunks[1:] + chunks[:1], out, seals, claims)  # each chunk sent under its neighbour's index
+
+    monkeypatch.setattr(rendercache, "_read_in_child", shifted)
     two, _ = _load(store, True, monkeypatch)
     assert _comparable(one) == _comparable(two)
 

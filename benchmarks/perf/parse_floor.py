@@ -6,7 +6,8 @@ parser the store reads run files with (findings/core/jsonfast.py), and
 drops the result: no check, no point, no derivation. From ``SPLIT`` files
 on (``--split``, given by render_scaling.py: the render's own threshold,
 findings/document/cache.py ``PARALLEL_FILES``), with two cores free, a
-forked process takes the second half, as the render's reader does (D133). The render
+forked process takes the second half, as the render's two readers share the files
+(D133; theirs meet wherever each has got to, D173). The render
 reads no sidecar: each run file holds its points' series (D109).
 
 render_scaling.py times it in a fresh process, like the commands it

@@ -11,6 +11,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Mapping as _AbcMapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import accumulate, compress, groupby
 from operator import attrgetter
 from types import MappingProxyType
@@ -287,10 +288,34 @@ class Run:
     #: inline in the points, or none at all.
     sidecar: Sidecar | None = None
 
-    def __reduce__(self) -> tuple[type["Run"], tuple[object, ...]]:
-        # Unpickled through __init__ (the render cache): several times faster
-        # than the generic state of a frozen dataclass with slots.
-        return (Run, tuple(getattr(self, name) for name in self.__slots__))
+    def __reduce__(self) -> tuple[Callable[..., "Run"], tuple[object, ...]]:
+        # Unpickled through ``make_run`` (the render cache): several times
+        # faster than the generic state of a frozen dataclass with slots.
+        return (make_run, tuple(getattr(self, name) for name in self.__slots__))
+
+
+def _run_maker() -> Callable[..., Run]:
+    """A function of every field of a Run, in order, that makes it with no
+    check, default or ``__init__``: each slot set through its descriptor,
+    in one unrolled function, since a frozen dataclass's ``__init__`` sets
+    each through ``object.__setattr__`` (0.9 against 1.7 µs a run). A
+    store of `findings bench` holds a run per point: its readers make one
+    for every point (D173)."""
+    names = Run.__slots__
+    setters = {f"_set{i}": getattr(Run, name).__set__ for i, name in enumerate(names)}
+    body = "".join(f"    _set{i}(run, {name})\n" for i, name in enumerate(names))
+    source = f"def make_run({', '.join(names)}):\n    run = _new(_Run)\n{body}    return run\n"
+    namespace: dict[str, Any] = {"_new": object.__new__, "_Run": Run, **setters}
+    exec(source, namespace)  # as dataclasses makes __init__ itself
+    made: Callable[..., Run] = namespace["make_run"]
+    made.__module__ = __name__
+    made.__qualname__ = "make_run"
+    return made
+
+
+#: ``Run(*fields)``, every field given, in order, checked by the caller: for
+#: the store's readers and the render cache, which make one per run file.
+make_run = _run_maker()
 
 
 @dataclass(frozen=True)
@@ -305,6 +330,45 @@ class Dataset:
     #: (config, campaign) -> what the config's server reported in that
     #: campaign: the facts of the runs holding its points there.
     facts: Mapping[tuple[str, str], Mapping[str, Scalar]] = field(default_factory=dict)
+
+    # What the outputs read of every run, found in one pass each, once
+    # (D173): ``derive`` asks for them before the history's replay is forked
+    # (findings/derive/derived.py), since a pass over every run after it
+    # copies each page it touches (a store of `findings bench` holds a run
+    # per point).
+
+    @cached_property
+    def runs_by_id(self) -> Mapping[str, Run]:
+        """Run id -> run."""
+        return {r.run_id: r for r in self.runs}
+
+    @cached_property
+    def environments(self) -> tuple[tuple[Mapping[str, Scalar], frozenset[str]], ...]:
+        """Each environment the runs record (one object for the runs read
+        in one process that share it), with the campaigns of its runs, in
+        the order of the last run of each: updating a dict with each in
+        turn gives what updating it with every run's does."""
+        last: dict[int, int] = {}
+        found: dict[int, tuple[Mapping[str, Scalar], set[str]]] = {}
+        for i, run in enumerate(self.runs):
+            key = id(run.environment)
+            got = found.get(key)
+            if got is None:
+                got = found[key] = (run.environment, set())
+            got[1].update(c.name for c in run.campaigns)
+            last[key] = i
+        return tuple((found[key][0], frozenset(found[key][1])) for key in sorted(found, key=last.__getitem__))
+
+    @cached_property
+    def from_matrix(self) -> frozenset[str]:
+        """The configs measured by runs that record the matrix they ran."""
+        return frozenset(p.config for r in self.runs if any(i.role == "matrix" for i in r.extra_inputs)
+                         for p in r.points)
+
+    def read_runs(self) -> None:
+        """Finds each of the above now (each is kept once found)."""
+        for _ in (self.runs_by_id, self.environments, self.from_matrix):
+            pass
 
     def facts_of(self, config: str, campaign: str) -> Mapping[str, Scalar]:
         """The config's facts in that campaign; else its latest known facts."""

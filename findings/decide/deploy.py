@@ -594,8 +594,8 @@ def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None
     ``device``: where the engine will run, when not as recorded (``--device``);
     ``points``: the data's points by id, where the caller has them (``Derived.points``)."""
     env: dict[str, Scalar] = {}
-    for run in data.runs:
-        env.update(run.environment)
+    for environment, _ in data.environments:
+        env.update(environment)
     if points is None:
         points = {p.id: p for p in data.points}
     out = []

@@ -358,6 +358,7 @@ def cells(data: Dataset, rules: Rules | None = None,
     order, starts = group_runs([codes(column)[0] for column in (workloads, campaigns, configs, concs)])
     out: list[Cell] = []
     append = out.append
+    new = tuple.__new__  # Cell(...) without its __new__'s Python frame (most cells hold one point, D173)
     for k in range(len(starts) - 1):
         lo, hi = starts[k], starts[k + 1]
         i = order[lo]
@@ -365,8 +366,8 @@ def cells(data: Dataset, rules: Rules | None = None,
         workload, campaign, config, conc = workloads[i], campaigns[i], configs[i], concs[i]
         if hi - lo == 1:
             value = p.metrics[THROUGHPUT]
-            append(Cell(workload, campaign, rank[campaign], config, conc, value, value, value, 1, (p.id,), (value,),
-                        point_series(p)))
+            append(new(Cell, (workload, campaign, rank[campaign], config, conc, value, value, value, 1, (p.id,),
+                              (value,), point_series(p) if p.series is None else p.series)))
             continue
         group = sorted((pts[j] for j in order[lo:hi]), key=_ID)
         values = tuple(q.metrics[THROUGHPUT] for q in group)

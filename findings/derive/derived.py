@@ -183,6 +183,10 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
     gate_flags, every = assess(data, rules.gates)
     valid = cells(data, rules, gate_flags)
     found = regressions.analyse(data, rules, valid)
+    # What the outputs read of every run, found before the replay may be
+    # forked: a pass over every run after it copies each page it touches (D173).
+    tunes = tuning_mod.tune_campaigns(data)
+    data.read_runs()
     history = History(begin(data, rules, regressions.without_suspects(valid, found), found, cache=history_cache,
                             aside=aside))
     try:
@@ -200,7 +204,7 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
             counts=every,
             speculative=spec,
             points=points,
-            tuning=tuning_mod.tunings(data, done.cells, flags, rules.objective),
+            tuning=tuning_mod.tunings(data, done.cells, flags, rules.objective, tunes),
             families=families,
         )
     except BaseException:

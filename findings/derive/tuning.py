@@ -187,13 +187,15 @@ def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values)
 
 
-def tunings(data: Dataset, cells: Iterable[object], flags: Mapping[str, tuple[str, ...]],
-            objective: Objective) -> tuple[Tuning, ...]:
-    """Every tune campaign of the store, its trials scored from ``cells``
-    (the derivation's valid cells: analysis.Cell) and the valid points. A
-    tune measures one workload, so a trial is its (campaign, config)."""
-    # campaign -> (tune name, config -> the tune provenance of its run)
-    tunes: dict[str, tuple[str, dict[str, Mapping[str, object]]]] = {}
+#: campaign -> (tune name, config -> the tune provenance of its run)
+Tunes = dict[str, tuple[str, dict[str, Mapping[str, object]]]]
+
+
+def tune_campaigns(data: Dataset) -> Tunes:
+    """The store's tune campaigns, from its runs' provenance: one pass over
+    every run, which ``derive`` makes before the history's replay is forked
+    (D173)."""
+    tunes: Tunes = {}
     for run in data.runs:
         name = run.provenance.get(NAME)
         if isinstance(name, str):
@@ -201,6 +203,17 @@ def tunings(data: Dataset, cells: Iterable[object], flags: Mapping[str, tuple[st
                 by_config = tunes.setdefault(c.name, (name, {}))[1]
                 for config in run.configs:
                     by_config[config] = run.provenance
+    return tunes
+
+
+def tunings(data: Dataset, cells: Iterable[object], flags: Mapping[str, tuple[str, ...]],
+            objective: Objective, tunes: Tunes | None = None) -> tuple[Tuning, ...]:
+    """Every tune campaign of the store, its trials scored from ``cells``
+    (the derivation's valid cells: analysis.Cell) and the valid points. A
+    tune measures one workload, so a trial is its (campaign, config).
+    ``tunes``: ``tune_campaigns(data)``, where the caller found it before."""
+    if tunes is None:
+        tunes = tune_campaigns(data)
     if not tunes:
         return ()
     tput: dict[tuple[str, str], dict[int, float]] = {}

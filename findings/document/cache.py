@@ -474,20 +474,20 @@ def _read_segment(path: Path) -> columns.Decoded | None:
 
 
 #: A store of at least this many run files is read by two processes when
-#: two cores are free (D133): this one reads the first files (``MINE``),
-#: a forked one the others, in chunks it sends back pickled through a pipe
-#: (a run unpickles several times faster than it is parsed and checked).
+#: two cores are free (D133): this one reads chunks of its files from the
+#: first on, a forked one from the last back, each claiming a chunk before
+#: it reads it, until they meet (D173); the forked one sends back each chunk
+#: pickled through a pipe (a run unpickles several times faster than it is
+#: parsed and checked).
 PARALLEL_FILES = 256
-#: The forked reader's files per chunk: at least this many, at most 64 chunks.
+#: Files per chunk: at least this many, and at most ``CHUNKS`` chunks.
 CHUNK_FILES = 64
-#: The share of the files this process reads when two read: a little more
-#: than half, since the forked reader also pickles what it read, and this
-#: process unpickles it between its own chunks (D136: measured on the 1M-
-#: and 100k-point perf stores, where each took about as long as the other).
-MINE = 0.52
+CHUNKS = 128
+#: A chunk's claim, in the map the two readers share: nobody's yet, this
+#: process's, the forked reader's.
+_FREE, _HERE, _THERE = 0, 1, 2
 
-#: What reading one run file gave: its run (or the error it raised) and
-#: whether its seal says it was edited by hand.
+
 _Read = tuple[Run | None, bool, BaseException | None]
 
 
@@ -512,38 +512,49 @@ def _read_files(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     return out
 
 
-def _read_in_child(top: str, chunks: list[list[str]], out: int, seals: bool = True) -> None:
-    """The forked reader: each chunk's ``_read_files``, written to ``out``
-    as it is read (its length, then a pickle of its seals, its error and
-    its runs in columns, findings/document/columns.py; a pickle of None for
-    a chunk whose error does not pickle), up to the first error."""
+def _read_in_child(top: str, chunks: list[list[str]], out: int, seals: bool = True,
+                   claims: Any = None) -> None:
+    """The forked reader: each chunk's ``_read_files``, from the last back,
+    each claimed in ``claims`` (a shared map, one byte a chunk) before it is
+    read, up to one this process has claimed or the first error; each
+    written to ``out`` as it is read (its length, then a pickle of its
+    index, its seals, its error and its runs in columns,
+    findings/document/columns.py; of its index and None for a chunk whose
+    error does not pickle)."""
     with os.fdopen(out, "wb") as pipe, store_mod.quiet_gc():
-        for chunk in chunks:
-            got = _read_files(top, chunk, seals)
+        for k in range(len(chunks) - 1, -1, -1):
+            if claims is not None:
+                if claims[k] == _HERE:
+                    return  # the readers have met
+                claims[k] = _THERE
+            got = _read_files(top, chunks[k], seals)
             runs = [run for run, _, error in got if run is not None]
             error = got[-1][2] if got and got[-1][2] is not None else None
             try:
                 # In columns: written and read back in about half the time
                 # of a pickle of the runs (D145).
-                blob = pickle.dumps(([edited for _, edited, _ in got], error,
-                                     columns.encode(chunk[:len(runs)], runs)), protocol=pickle.HIGHEST_PROTOCOL)
+                blob = pickle.dumps((k, [edited for _, edited, _ in got], error,
+                                     columns.encode(chunks[k][:len(runs)], runs)), protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # an error object that does not pickle: the parent reads the chunk
-                blob = pickle.dumps(None)
+                blob = pickle.dumps((k, None))
             pipe.write(len(blob).to_bytes(8, "little") + blob)
             if error is not None:
                 return
 
 
-def _unpack(frame: bytes, top: str) -> list[_Read] | None:
-    """A chunk the forked reader sent (``_read_in_child``), or None."""
-    sent = pickle.loads(frame)
-    if sent is None:
-        return None
+def _unpack(frame: bytes, top: str, chunks: list[list[str]]) -> tuple[int, list[_Read] | None]:
+    """A chunk the forked reader sent (``_read_in_child``): its index, and
+    what it read, or None."""
+    k, *sent = pickle.loads(frame)
+    if not sent or sent[0] is None:
+        return k, None
     edited, error, blob = sent
     got = columns.decode(blob)
     if got is None:
-        return None
+        return k, None
     names, headers, counts, points = got
+    if names != chunks[k][:len(names)]:
+        return k, None
     out: list[_Read] = []
     at = 0
     for name, header, n, was_edited in zip(names, headers, counts, edited):
@@ -551,7 +562,7 @@ def _unpack(frame: bytes, top: str) -> list[_Read] | None:
         at += n
     if error is not None:
         out.append((None, edited[len(out)], error))
-    return out
+    return k, out
 
 
 def _drain(fd: int, frames: list[bytes | None]) -> None:
@@ -571,20 +582,22 @@ def _drain(fd: int, frames: list[bytes | None]) -> None:
             frames.append(frame)
 
 
-def _chunks_back(frames: list[bytes | None], count: int, top: str, back: list[list[_Read] | None] | None = None,
-                 so_far: bool = False) -> list[list[_Read] | None]:
-    """The forked reader's chunks as it sent them, in order (each frame let
-    go once read): None for one it did not give back (it died first, or
-    the result did not pickle). ``back``: those unpickled before, added to;
-    ``so_far``: only the frames come so far, no None for the others yet."""
-    out: list[list[_Read] | None] = [] if back is None else back
-    for k in range(len(out), min(count, len(frames))):
-        frame, frames[k] = frames[k], None
+def _chunks_back(frames: list[bytes | None], top: str, chunks: list[list[str]],
+                 back: list[list[_Read] | None], done: int = 0) -> int:
+    """The forked reader's chunks come so far, from ``frames[done:]`` (each
+    frame let go once read), put into ``back`` by their index where that
+    chunk is not there already (this process read it too); a frame that
+    cannot be read is left out (the chunk is read here). Returns how many
+    frames are done."""
+    for i in range(done, len(frames)):
+        frame, frames[i] = frames[i], None
         try:
-            out.append(_unpack(frame, top) if frame is not None else None)
+            k, got = _unpack(frame, top, chunks) if frame is not None else (-1, None)
         except Exception:
-            out.append(None)
-    return out if so_far else out + [None] * (count - len(out))
+            continue
+        if got is not None and 0 <= k < len(back) and back[k] is None:
+            back[k] = got
+    return len(frames)
 
 
 #: The pipe the forked reader writes to, in bytes, where the system lets it
@@ -608,19 +621,22 @@ def _widen(fd: int) -> None:
 
 def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     """``_read_files`` of every file: for a large store on two free cores,
-    the first files here (``MINE`` of them) and the others in a forked
-    process (D133), each chunk it sends back unpickled here between this
-    process's own chunks, else all here. Whatever the forked reader does
-    not give back is read here, so the outcome, and the first error in file
-    order, is the same either way. The forked reader ends when this process
-    does: its next write finds the pipe closed, and an interrupted or failed
-    read here kills it."""
+    in chunks, this process reading them from the first on and a forked
+    process from the last back, until they meet (D173): each claims a
+    chunk in a map they share before reading it, so that neither waits on
+    the other however fast each goes (at most the chunk where they meet is
+    read twice: this process's reading of it is kept). Each chunk the
+    forked reader sends back is unpickled here between this process's own.
+    Whatever the forked reader does not give back is read here, so the
+    outcome, and the first error in file order, is the same either way.
+    The forked reader ends when this process does: its next write finds the
+    pipe closed, and an interrupted or failed read here kills it."""
     if len(names) < PARALLEL_FILES or aside.cores() < 2 or not hasattr(os, "fork"):
         return _read_files(top, names, seals)
-    mine = min(len(names) - 1, max(1, round(len(names) * MINE)))
-    theirs = names[mine:]
-    size = max(CHUNK_FILES, -(-len(theirs) // 64))
-    chunks = [theirs[k:k + size] for k in range(0, len(theirs), size)]
+    import mmap
+    size = max(CHUNK_FILES, -(-len(names) // CHUNKS))
+    chunks = [names[k:k + size] for k in range(0, len(names), size)]
+    claims = mmap.mmap(-1, len(chunks))  # shared with the forked reader: anonymous, MAP_SHARED
     r, w = os.pipe()
     _widen(w)
     try:
@@ -633,7 +649,7 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
         code = 1
         try:
             os.close(r)
-            _read_in_child(top, chunks, w, seals)
+            _read_in_child(top, chunks, w, seals, claims)
             code = 0
         finally:
             os._exit(code)
@@ -643,23 +659,29 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     drain.start()
     done = False
     try:
-        out: list[_Read] = []
-        back: list[list[_Read] | None] = []
-        for k in range(0, mine, size):
-            out.extend(_read_files(top, names[k:min(mine, k + size)], seals))
-            if out and out[-1][2] is not None:
-                return out  # an error in this share comes first
-            _chunks_back(frames, len(chunks), top, back, so_far=True)  # what came meanwhile
+        back: list[list[_Read] | None] = [None] * len(chunks)
+        seen = 0
+        for k, chunk in enumerate(chunks):
+            if claims[k] == _THERE:
+                break  # the readers have met: the rest is the forked reader's
+            claims[k] = _HERE
+            got = back[k] = _read_files(top, chunk, seals)
+            if got and got[-1][2] is not None:
+                return [read for part in back[:k + 1] for read in part or ()]  # an error here comes first
+            seen = _chunks_back(frames, top, chunks, back, seen)  # what came meanwhile
         drain.join()
         os.waitpid(pid, 0)
         done = True
-        for chunk, got in zip(chunks, _chunks_back(frames, len(chunks), top, back)):
-            got = got if got is not None else _read_files(top, chunk, seals)
-            out.extend(got)
-            if got and got[-1][2] is not None:
+        _chunks_back(frames, top, chunks, back, seen)
+        out: list[_Read] = []
+        for chunk, sent in zip(chunks, back):
+            part = sent if sent is not None else _read_files(top, chunk, seals)
+            out.extend(part)
+            if part and part[-1][2] is not None:
                 break
         return out
     finally:
+        claims.close()
         if not done:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)

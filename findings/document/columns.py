@@ -28,7 +28,7 @@ from itertools import accumulate, chain, repeat
 from operator import attrgetter, itemgetter, mul
 from typing import Any, BinaryIO
 
-from findings.core.model import _NO_PARAMS, Metrics, Point, Run, _index_of
+from findings.core.model import _NO_PARAMS, Metrics, Point, Run, _index_of, make_run
 from findings.store.schema import SHARED_MAX, campaign_of, facts_of, params_of, shareable_facts
 
 #: Bump when what a segment holds changes (a segment of another format is a miss).
@@ -253,7 +253,7 @@ def run(header: list[Any], points: tuple[Point, ...], path: str) -> Run:
     args = list(header)
     args[_POINTS] = points
     args[_PATH] = path
-    return Run(*args)
+    return make_run(*args)
 
 
 def run_id(header: list[Any]) -> Any:

@@ -363,13 +363,7 @@ def _environment(data: Dataset, limit: int) -> Table:
     facts: dict[str, dict[str, set[str]]] = {}
     # The runs of one environment together: runs read in one process share
     # equal environments (a store of `findings bench` has a run per point).
-    by_env: dict[int, tuple[Mapping[str, Any], set[str]]] = {}
-    for run in data.runs:
-        env = by_env.get(id(run.environment))
-        if env is None:
-            env = by_env[id(run.environment)] = (run.environment, set())
-        env[1].update(c.name for c in run.campaigns)
-    for environment, names in by_env.values():
+    for environment, names in data.environments:
         for k, v in environment.items():
             facts.setdefault(k, {}).setdefault(_scalar(v), set()).update(names)
     rank = {c.name: i for i, c in enumerate(data.campaigns)}
@@ -455,7 +449,7 @@ def _regressions(moves: list[regressions.Move], earlier: int, cli: str) -> dict[
 def _questions(data: Dataset, questions: Sequence[plan.Question], cli: str) -> list[dict[str, str]]:
     """The "Open questions" section: each question in one line, and the
     commands that answer it (findings plan, then findings bench)."""
-    recorded = {p.config for r in data.runs if any(i.role == "matrix" for i in r.extra_inputs) for p in r.points}
+    recorded = data.from_matrix
     out = []
     for q in questions:
         src = "" if set(q.configs) <= recorded else " --from-matrix MATRIX.toml"
@@ -710,7 +704,7 @@ def _summary(derived: Derived, blocks: Mapping[tuple[str, str], dict[str, Any]],
 
 def _appendix(labels: Labels, flags: dict[str, tuple[str, ...]], data: Dataset, only_cited: bool,
               n_of: Mapping[str, Counts], points: Mapping[str, Point]) -> Table:
-    runs = {r.run_id: r for r in data.runs}
+    runs = data.runs_by_id
     rows = []
     for p in labels.in_order(labels.cited, points) if only_cited else labels.points:
         run = runs.get(p.run_id)
@@ -753,7 +747,7 @@ def build(derived: Derived, decided: Decided, title: str, store_label: str,
     deployments = decided.deployments
     spec = {n for n, f in data.configs.items() if str(f.get("speculative_algorithm", "none")).lower()
             not in ("none", "", "null")}
-    runs_by_id = {r.run_id: r for r in data.runs}
+    runs_by_id = data.runs_by_id
     # The closed loop's points of the campaigns shown, by workload (an open
     # loop's are judged on a rate axis: the open-loop sections).
     closed = load_verdicts.closed_loop(data.points)

@@ -55,6 +55,7 @@ from findings.store.files import with_requests as with_requests
 #: A point's (config, campaign); a run's points (read at C speed by ``merge``).
 _CONFIG_CAMPAIGN = operator.itemgetter(3, 2)
 _POINTS = operator.attrgetter("points")
+_CAMPAIGNS, _RUN_ID = operator.attrgetter("campaigns"), operator.attrgetter("run_id")
 
 
 def merge(runs: list[Run]) -> Dataset:
@@ -76,11 +77,12 @@ def merge(runs: list[Run]) -> Dataset:
     ordered = tuple(sorted(campaigns.values(), key=lambda c: c.sort_key))
     rank = {c.name: i for i, c in enumerate(ordered)}
 
-    def latest(run: Run) -> int:
-        cs = run.campaigns
-        if len(cs) == 1:  # most runs
-            return rank[cs[0].name]
-        return max((rank[c.name] for c in cs), default=-1)
+    # Each run's latest campaign, then its id: the order the runs' facts are
+    # merged in, found with no Python call per run (a store of `findings
+    # bench` holds a run per point, D173).
+    latest = [rank[cs[0].name] if len(cs) == 1 else max((rank[c.name] for c in cs), default=-1)
+              for cs in map(_CAMPAIGNS, runs)]
+    keys = list(zip(latest, map(_RUN_ID, runs)))
 
     configs: dict[str, dict[str, Scalar]] = {}
     facts: dict[tuple[str, str], dict[str, Scalar]] = {}
@@ -90,17 +92,20 @@ def merge(runs: list[Run]) -> Dataset:
     last: dict[object, object] = {}
     nothing: Mapping[str, Scalar] = {}
     no_configs: Mapping[str, Mapping[str, Scalar]] = {}
-    for run in sorted(runs, key=lambda r: (latest(r), r.run_id)):
+    by_rank = rank.__getitem__
+    for i in sorted(range(len(runs)), key=keys.__getitem__):
+        run = runs[i]
         measured = set(map(_CONFIG_CAMPAIGN, run.points))
         for name, run_facts in run.configs.items():
             if last.get(name) is not run_facts:
                 configs.setdefault(name, {}).update(run_facts)
                 last[name] = run_facts
-        for campaign in sorted(run.campaign_configs, key=lambda n: rank[n]):
-            for name, run_facts in run.campaign_configs[campaign].items():
-                if last.get(name) is not run_facts:
-                    configs.setdefault(name, {}).update(run_facts)
-                    last[name] = run_facts
+        if run.campaign_configs:
+            for campaign in sorted(run.campaign_configs, key=by_rank):
+                for name, run_facts in run.campaign_configs[campaign].items():
+                    if last.get(name) is not run_facts:
+                        configs.setdefault(name, {}).update(run_facts)
+                        last[name] = run_facts
         for config, campaign in sorted(measured):
             given = run.configs.get(config, nothing)
             only = run.campaign_configs.get(campaign, no_configs).get(config, nothing)

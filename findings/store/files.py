@@ -90,8 +90,8 @@ def read_run(path: Path | str, requests: bool | Callable[[Point], bool] = True, 
     run = parse_run(raw, label, base[:-5] if base.endswith(".json") else Path(label).stem)
     if callable(requests) and run.sidecar is not None:
         requests = wants_records(run, requests)
-        side = Path(path).parent / run.sidecar.file
-        if not requests and not side.is_file():  # not read, but a store missing it is damaged: say so
+        side = os.path.join(os.path.dirname(label), run.sidecar.file)  # no Path: a run per point (D173)
+        if not requests and not os.path.isfile(side):  # not read, but a store missing it is damaged: say so
             raise StoreError(f"{path}: its per-request records {side} are missing "
                              f"(restore the file, e.g. git checkout -- {side})")
     if requests and run.sidecar is not None:

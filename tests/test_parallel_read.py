@@ -128,6 +128,25 @@ def test_a_file_edited_by_hand_is_found_in_either_half(store: Path, tmp_path: Pa
     assert one == two == tuple(sorted((files[0].name, files[-2].name)))
 
 
+def test_no_shared_map_means_one_reader(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the two readers' shared map cannot be made (no memory), this
+    process reads every file itself, with the same outcome and no fork."""
+    import errno
+    import mmap
+    one, _ = _load(store, False, monkeypatch)
+
+    def refused(*args: object, **kwargs: object) -> object:
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    def no_fork() -> int:
+        raise AssertionError("forked without a shared map")
+
+    monkeypatch.setattr(mmap, "mmap", refused)
+    monkeypatch.setattr(os, "fork", no_fork)
+    two, _ = _load(store, True, monkeypatch)
+    assert _comparable(one) == _comparable(two)
+
+
 def test_a_forked_reader_that_dies_is_read_again_here(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     one, _ = _load(store, False, monkeypatch)
 

@@ -636,7 +636,10 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     import mmap
     size = max(CHUNK_FILES, -(-len(names) // CHUNKS))
     chunks = [names[k:k + size] for k in range(0, len(names), size)]
-    claims = mmap.mmap(-1, len(chunks))  # shared with the forked reader: anonymous, MAP_SHARED
+    try:
+        claims = mmap.mmap(-1, len(chunks))  # shared with the forked reader: anonymous, MAP_SHARED
+    except OSError:  # no memory to map: one reader
+        return _read_files(top, names, seals)
     r, w = os.pipe()
     _widen(w)
     try:
@@ -644,6 +647,7 @@ def _read_all(top: str, names: list[str], seals: bool = True) -> list[_Read]:
     except OSError:
         os.close(r)
         os.close(w)
+        claims.close()
         return _read_files(top, names, seals)
     if pid == 0:  # the forked reader: never returns
         code = 1

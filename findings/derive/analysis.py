@@ -367,7 +367,7 @@ def cells(data: Dataset, rules: Rules | None = None,
         if hi - lo == 1:
             value = p.metrics[THROUGHPUT]
             append(new(Cell, (workload, campaign, rank[campaign], config, conc, value, value, value, 1, (p.id,),
-                              (value,), point_series(p) if p.series is None else p.series)))
+                              (value,), point_series(p))))
             continue
         group = sorted((pts[j] for j in order[lo:hi]), key=_ID)
         values = tuple(q.metrics[THROUGHPUT] for q in group)

@@ -497,9 +497,9 @@ class _Job:
 
     @property
     def new_cells(self) -> int:
-        """The cells of the campaigns the cache does not hold (all, without one)."""
-        start = len(self.cache.chain) if self.cache is not None else 0
-        return sum(len(self.by_rank.get(rank, ())) for rank in range(start, len(self.data.campaigns)))
+        """The cells of the campaigns the replay does not take from the cache
+        (all, where it resumes none)."""
+        return sum(len(self.by_rank.get(rank, ())) for rank in range(self.kept, len(self.data.campaigns)))
 
     @property
     def kept(self) -> int:

@@ -483,9 +483,9 @@ PARALLEL_FILES = 256
 #: Files per chunk: at least this many, and at most ``CHUNKS`` chunks.
 CHUNK_FILES = 64
 CHUNKS = 128
-#: A chunk's claim, in the map the two readers share: nobody's yet, this
-#: process's, the forked reader's.
-_FREE, _HERE, _THERE = 0, 1, 2
+#: A chunk's claim, in the map the two readers share (0 where nobody's
+#: yet): this process's, the forked reader's.
+_HERE, _THERE = 1, 2
 
 
 _Read = tuple[Run | None, bool, BaseException | None]

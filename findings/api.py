@@ -83,7 +83,9 @@ def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derive
     data = rendercache.load(settings.store, found)
     # millions of new objects, no cycles: a third of the time at 100k points
     with store.quiet_gc(), rendercache.intervals(found, keep=False):
-        return derive(data, settings.rules)
+        d = derive(data, settings.rules, slices=rendercache.get_slices(found, data, settings.rules))
+        rendercache.put_slices(found, d.slices)  # each campaign's flags, counts and cells (D174)
+        return d
 
 
 @contextlib.contextmanager
@@ -96,8 +98,10 @@ def with_history(settings: Settings, found: rendercache.Scan | None = None) -> I
     data = rendercache.load(settings.store, found)
     with store.quiet_gc(), rendercache.intervals(found):
         cache = rendercache.get_history(found)  # (at a million points, 0.4 s less with the collector off)
-        d = derive(data, settings.rules, cache, aside=aside.forked)
+        d = derive(data, settings.rules, cache, aside=aside.forked,
+                   slices=rendercache.get_slices(found, data, settings.rules))
         try:
+            rendercache.put_slices(found, d.slices)  # each campaign's flags, counts and cells (D174)
             yield d
         finally:
             d.close()

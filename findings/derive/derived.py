@@ -33,13 +33,13 @@ from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 from findings.core.aside import Aside
 from findings.core.model import Dataset, Point
-from findings.derive import caveats, categories, openloop, regressions
+from findings.derive import caveats, categories, openloop, regressions, slices as slices_mod
 from findings.derive import tuning as tuning_mod
-from findings.derive.analysis import (SIMULATED_SUFFIX, Cell, Comparison, Conclusions, Rules, Table, cells,
+from findings.derive.analysis import (SIMULATED_SUFFIX, Cell, Comparison, Conclusions, Rules, Table,
                                       comparisons_in_campaigns)
 from findings.derive.history import Entry, HistoryCache, Replay, begin
 from findings.derive.jsonform import to_json
-from findings.derive.validity import Counts, assess
+from findings.derive.validity import Counts
 
 #: (campaign, workload) -> the comparisons of every candidate with the baseline there.
 CampaignComparisons = Mapping[tuple[str, str], list[Comparison]]
@@ -113,6 +113,9 @@ class Derived:
     #: campaign -> its within-campaign comparisons, each derived once, when
     #: first asked for (a document shows its latest campaigns only).
     _comparisons: dict[str, dict[str, list[Comparison]]] = field(default_factory=dict, compare=False, repr=False)
+    #: each campaign's flags, counts and cells, as given and as derived here,
+    #: for the caller to keep (findings/derive/slices.py); None if not given.
+    slices: slices_mod.Slices | None = field(default=None, compare=False, repr=False)
 
     @property
     def history(self) -> tuple[Entry, ...]:
@@ -172,16 +175,18 @@ class Derived:
 
 
 def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = None,
-           aside: Aside | None = None) -> Derived:
+           aside: Aside | None = None, slices: slices_mod.Slices | None = None) -> Derived:
     """Everything the outputs need, once. ``history_cache``: the replay's
     per-campaign-prefix cache (findings/derive/history.py), which changes
     only how fast the history is found, never what it is. The history is
     replayed when first asked for; with ``aside`` (findings/core/aside.py),
     a long replay runs aside from the moment the moves are known, while the
     rest is derived here and read by the caller (D137). The result is the
-    same either way; ``Derived.close()`` stops a replay never asked for."""
-    gate_flags, every = assess(data, rules.gates)
-    valid = cells(data, rules, gate_flags)
+    same either way; ``Derived.close()`` stops a replay never asked for.
+    ``slices``: each campaign's gate flags, counts and cells kept before, by
+    content (findings/derive/slices.py); those of the campaigns not there
+    are derived and added to it, and the result is the same."""
+    gate_flags, every, valid = slices_mod.derive(data, rules, slices)
     found = regressions.analyse(data, rules, valid)
     # What the outputs read of every run, found before the replay may be
     # forked: a pass over every run after it copies each page it touches (D173).
@@ -206,6 +211,7 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
             points=points,
             tuning=tuning_mod.tunings(data, done.cells, flags, rules.objective, tunes),
             families=families,
+            slices=slices,
         )
     except BaseException:
         history.close()

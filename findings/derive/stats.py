@@ -47,7 +47,10 @@ def ratio_ci(a: tuple[float, ...], b: tuple[float, ...], level: float, resamples
         return _bootstrap(a, b, level, resamples, seed_text)
     try:
         # marshal's bytes tell 0.0 from -0.0 and 1 from 1.0, which == does not.
-        key = marshal.dumps((a, b, level, resamples, seed_text), 4)
+        # Version 2: from version 3 on, an object met twice is written as a
+        # reference to the first, so the bytes would tell shared floats from
+        # equal ones (cells kept in slices share theirs: D174).
+        key = marshal.dumps((a, b, level, resamples, seed_text), 2)
     except ValueError:  # not of plain numbers: computed, not kept
         return _bootstrap(a, b, level, resamples, seed_text)
     found = _KNOWN.get(key)

@@ -15,7 +15,9 @@ Two levels, both keyed by content hashes:
   key, the settings, the template files and the findings code itself. A
   render of an unchanged store reads nothing else.
 
-Beside them: per store, the history's replay state (D91), and the
+Beside them: per store, the history's replay state (D91), the bootstrap
+intervals by their inputs (D171), each campaign's gate flags, counts and
+valid cells by its content (findings/derive/slices.py, D174), and the
 templates' compiled code, one folder per findings code (D140).
 
 Which content a file has is known without reading it when its size,
@@ -39,6 +41,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import itertools
 import os
 import pickle
 import shutil
@@ -52,8 +55,8 @@ from typing import Any, Iterator
 from findings.core import aside, diskio, jsonfast
 from findings.document import columns
 from findings import store as store_mod
-from findings.derive.analysis import point_series
-from findings.derive import stats
+from findings.derive.analysis import Cell, Rules, point_series
+from findings.derive import slices as slices_mod, stats
 from findings.derive.history import HistoryCache
 from findings.derive.validity import records_counted
 from findings.core.model import Dataset, Point, Run
@@ -161,6 +164,9 @@ class Scan:
     #: Without a cache nothing is hashed ahead: ``load`` checks each file's
     #: seal from the bytes it reads anyway, once (D131), and fills this in.
     seals: _Seals | None = None
+    #: Each run's key in the points table (its content and the code that
+    #: read it), in the order of the loaded dataset's runs: filled by ``load``.
+    run_keys: list[str] = dataclasses.field(default_factory=list, compare=False)
 
     @property
     def edited(self) -> tuple[str, ...]:
@@ -324,6 +330,7 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
     # A run's key is its content as this code derived it: other code
     # (another findings, another Python) never reads it.
     keys = [hashlib.sha256(f"{code}|{key}".encode()).hexdigest() for _, key in found.files]
+    found.run_keys[:] = keys  # (merge keeps the runs in this order)
     with store_mod.quiet_gc():
         got = table.runs(dict(zip(keys, (name for name, _ in found.files))), top)
         missing = [(name, key) for (name, _), key in zip(found.files, keys) if key not in got]
@@ -350,6 +357,8 @@ def load(store: Path, found: Scan | None = None) -> Dataset:
 KEEP_ASIDE_POINTS = 20_000
 #: The points tables being written aside (``load``), until ``settle``.
 _KEEPING: list[aside.Pending] = []
+#: The campaigns' slices being written aside (``put_slices``), likewise.
+_SLICE_WRITERS: list[aside.Pending] = []
 
 
 def settle() -> None:
@@ -359,6 +368,13 @@ def settle() -> None:
     before it reads a table, so that two writers never overlap."""
     while _KEEPING:
         _KEEPING.pop(0).result()
+    _settle_slices()
+
+
+def _settle_slices() -> None:
+    """Waits until the slices written aside are written (``put_slices``)."""
+    while _SLICE_WRITERS:
+        _SLICE_WRITERS.pop(0).result()
 
 
 #: At most this many segments in a store's points table: past it, the
@@ -902,3 +918,124 @@ def intervals(found: Scan, keep: bool = True) -> Iterator[None]:
         yield
     if keep:
         put_intervals(found, asked, known)
+
+
+# --------------------------------------------------------------------------- each campaign's slice (D174)
+
+#: From this many points in the slices to write on, they are written by a
+#: forked process (core/aside.py), as the points table is (D168): at a
+#: million points, pickling every slice takes about 3 s.
+KEEP_SLICES_ASIDE_POINTS = 20_000
+#: At most this many segments of slices per store: past it, every live
+#: slice is written again as one segment (so is a store whose segments hold
+#: more dead slices than live ones).
+MAX_SLICE_SEGMENTS = 8
+
+
+def _slices_folder(found: Scan) -> Path | None:
+    if found.cache is None:
+        return None
+    return found.cache / "slices" / _store_id(found.store)
+
+
+def _slices_index(folder_: Path) -> dict[str, list[str]]:
+    """segment name -> the keys of its slices; {} where missing, damaged or of other code."""
+    value = _read_pickle(folder_ / "index.pickle")
+    if not (type(value) is tuple and len(value) == 2 and value[0] == code_fingerprint() and type(value[1]) is dict):
+        return {}
+    index: dict[str, list[str]] = value[1]
+    ok = all(type(k) is str and type(v) is list for k, v in index.items())
+    return index if ok else {}
+
+
+def _encode_slice(piece: slices_mod.Slice) -> tuple[Any, ...]:
+    """A slice as plain tuples (a cell as a tuple, not a named tuple: one
+    unpickles at C speed, the other through a Python ``__new__``)."""
+    return (tuple(piece.flagged.items()), piece.counts,
+            tuple((w, tuple(map(tuple, cs))) for w, cs in piece.cells.items()))
+
+
+def _decode_slice(value: Any) -> slices_mod.Slice | None:
+    try:
+        flagged, counts, by = value
+        if type(counts) is not tuple:
+            return None
+        new = tuple.__new__
+        return slices_mod.Slice(flagged=dict(flagged), counts=counts,
+                                cells={w: tuple(map(new, itertools.repeat(Cell), rows)) for w, rows in by})
+    except (TypeError, ValueError):
+        return None
+
+
+def get_slices(found: Scan, data: Dataset, rules: Rules) -> slices_mod.Slices | None:
+    """Each campaign's slice that a command before kept for this store and
+    that has the same inputs (findings/derive/slices.py), by its key; None
+    without a cache, or where the runs' keys are not known (``load``)."""
+    folder_ = _slices_folder(found)
+    if folder_ is None:
+        return None
+    _settle_slices()  # the index as the command before left it
+    wanted = slices_mod.keys(data, rules, found.run_keys)
+    if wanted is None:
+        return None
+    live = set(wanted.values())
+    known: dict[str, slices_mod.Slice] = {}
+    for segment, keys in _slices_index(folder_).items():
+        if live.isdisjoint(keys):
+            continue
+        got = _read_pickle(folder_ / f"{segment}.pickle")
+        if type(got) is not dict:
+            continue  # a miss: derived again
+        for key in live.intersection(keys):
+            piece = _decode_slice(got.pop(key, None))  # (its rows freed as it is decoded)
+            if piece is not None:
+                known[key] = piece
+    return slices_mod.Slices(keys=wanted, known=known)
+
+
+def put_slices(found: Scan, given: slices_mod.Slices | None) -> None:
+    """Keeps the slices a command derived (``given.made``) as one more
+    segment, written aside when they hold many points (D168's writer); and
+    every live slice again as one segment, the others removed, once there
+    are more than ``MAX_SLICE_SEGMENTS`` or more dead slices than live."""
+    folder_ = _slices_folder(found)
+    if folder_ is None or given is None or not given.made:
+        return
+    _settle_slices()  # two writers never overlap
+    live = set(given.keys.values())
+    index = _slices_index(folder_)
+    kept = {name: keys for name, keys in index.items() if not live.isdisjoint(keys)}
+    dead = sum(len(keys) for keys in kept.values()) - len(live.intersection(k for keys in kept.values() for k in keys))
+    if len(kept) + 1 > MAX_SLICE_SEGMENTS or dead > len(live):
+        write, kept = given.live(), {}
+    else:
+        write = {k: v for k, v in given.made.items() if k in live}
+    job = functools.partial(_write_slices, folder_, kept, write)
+    if sum(len(s.counts) for s in write.values()) >= KEEP_SLICES_ASIDE_POINTS:
+        _SLICE_WRITERS.append(aside.forked(job))
+    else:
+        job()
+
+
+def _write_slices(folder_: Path, kept: dict[str, list[str]], write: dict[str, slices_mod.Slice]) -> None:
+    """One segment of ``write``, then the index of it and ``kept``; the
+    segments the index does not name are removed."""
+    with contextlib.suppress(OSError):
+        folder_.mkdir(parents=True, exist_ok=True, mode=0o700)
+    keys = sorted(write)
+    name = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
+    path = folder_ / f"{name}.pickle"
+    try:
+        blob = pickle.dumps({k: _encode_slice(write[k]) for k in keys}, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # a value that does not pickle: derived again next time
+        return
+    _write(path, blob)
+    if not path.is_file():
+        return  # not written (a full disk): derived again next time
+    index = {**kept, name: keys}
+    _write(folder_ / "index.pickle", pickle.dumps((code_fingerprint(), index), protocol=pickle.HIGHEST_PROTOCOL))
+    with contextlib.suppress(OSError):
+        for other in os.listdir(folder_):
+            if other.endswith(".pickle") and other != "index.pickle" and other[:-len(".pickle")] not in index:
+                with contextlib.suppress(OSError):
+                    os.unlink(folder_ / other)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from array import array
 import os
 import random
 import shutil
@@ -64,18 +65,26 @@ def test_slices_kept_or_not_give_what_the_whole_derivation_gives(data: Dataset) 
     first = slices.Slices(keys=keys, known={})
     _same(slices.derive(data, rules, first), want)
     assert set(first.made) == set(keys.values())
-    # All kept: nothing derived.
+    # All kept: nothing derived, and the slices taken (not held past their use).
     every = slices.Slices(keys=keys, known=dict(first.made))
-    _same(slices.derive(data, rules, every), want)
-    assert every.made == {}
+    got = slices.derive(data, rules, every)
+    _same(got, want)
+    assert every.made == {} and every.known == {}
+    # The cells made again from kept slices hold their points' own ids and
+    # series, not copies (a million points' would cost 200 MiB).
+    by_id = {p.id: p for p in data.points}
+    one = [c for c in got[2] if c.n == 1]
+    assert one and all(c.point_ids[0] is by_id[c.point_ids[0]].id for c in one)
+    assert all(c.series is by_id[c.point_ids[0]].series for c in one if by_id[c.point_ids[0]].series is not None)
+    assert any(c.series for c in one)
     # Some kept, at random: the others derived, and those alone.
     rng = random.Random(3)
     for _ in range(4):
         known = {k: v for k, v in first.made.items() if rng.random() < 0.6}
-        some = slices.Slices(keys=keys, known=known)
+        some = slices.Slices(keys=keys, known=dict(known))
         _same(slices.derive(data, rules, some), want)
         assert set(some.made) == set(keys.values()) - set(known)
-        assert some.live() == first.made
+        assert {**known, **some.made} == first.made
     # No slices at all: the derivation as it always was.
     _same(slices.derive(data, rules, None), want)
 
@@ -150,12 +159,25 @@ def test_a_slice_that_does_not_fit_its_campaign_is_not_used(data: Dataset) -> No
     assert keys is not None
     first = slices.Slices(keys=keys, known={})
     slices.derive(data, rules, first)
-    name = data.points[0].campaign
+    name = next(n for n, key in keys.items()  # a campaign with cells of one point and of several
+                if any(len(ones[4]) for _, _, ones, _ in first.made[key].rows)
+                and any(rows for *_, rows in first.made[key].rows))
     short = first.made[keys[name]]
-    known = {**first.made, keys[name]: dataclasses.replace(short, counts=short.counts[:-1])}
-    _same(slices.derive(data, rules, slices.Slices(keys=keys, known=known)), want)
-    known[keys[name]] = dataclasses.replace(short, counts=short.counts + short.counts[:1])
-    _same(slices.derive(data, rules, slices.Slices(keys=keys, known=known)), want)
+    assert any(len(ones[4]) for _, _, ones, _ in short.rows) and any(rows for *_, rows in short.rows)
+    for bad in (dataclasses.replace(short, counts=short.counts[:-1]),
+                dataclasses.replace(short, counts=short.counts + short.counts[:1]),
+                # a cell whose point is not among its runs' points
+                dataclasses.replace(short, rows=tuple((w, kinds, (*ones[:4], array("q", [10**6] * len(ones[4])),
+                                                                  ones[5]), rows)
+                                                      for w, kinds, ones, rows in short.rows)),
+                # a cell too few
+                dataclasses.replace(short, rows=tuple((w, kinds + b"\x00", ones, rows)
+                                                      for w, kinds, ones, rows in short.rows)),
+                # a cell too many
+                dataclasses.replace(short, rows=tuple((w, kinds[:-1], ones, rows)
+                                                      for w, kinds, ones, rows in short.rows))):
+        known = {**first.made, keys[name]: bad}
+        _same(slices.derive(data, rules, slices.Slices(keys=keys, known=known)), want)
 
 
 # --------------------------------------------------------------------------- in the render cache

@@ -17,18 +17,39 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from itertools import compress
+from array import array
+from itertools import chain, compress, repeat
 from operator import attrgetter
 from typing import Mapping, Sequence
 
-from findings.core.model import Dataset
+from findings.core.model import Dataset, Point
 from findings.derive.analysis import Cell, Rules, cells
 from findings.derive.validity import Counts, assess, speculative
 
 #: Bump when what a slice holds, or how its key is made, changes.
 VERSION = "1"
 
-_ID, _CAMPAIGN = attrgetter("id"), attrgetter("campaign")
+_ID, _CAMPAIGN, _POINTS, _SERIES = (attrgetter(name) for name in ("id", "campaign", "points", "series"))
+
+
+#: A cell of several points as a slice keeps it: (config, concurrency,
+#: mean, lo, hi, n, its points' places, values, series). A point's place is
+#: among the points of the runs that hold the campaign, in order (what the
+#: slice's key holds), so a cell made again takes its points' own ids (and
+#: a one-point cell its point's own series), not copies of them.
+Row = tuple[str, int, float, float, float, int, tuple[int, ...], tuple[float, ...], tuple[float, ...]]
+#: The one-point cells of a workload (83% of the perf stores' cells) in
+#: columns: (the configs, each cell's config as a place among them, its
+#: concurrency, its value, its point's place, (cell, series) where its
+#: series is not its point's own). In arrays, not a tuple a cell: unpickled
+#: with no object per cell, so they hold no more memory than cells derived
+#: (a tuple per cell, freed once its cell is made, left 120 MiB of pages
+#: behind at a million points).
+Ones = tuple[tuple[str, ...], "array[int]", "array[int]", "array[float]", "array[int]",
+             tuple[tuple[int, tuple[float, ...]], ...]]
+#: A workload's cells in a slice: (workload, which of its cells are
+#: one-point ones, in order (1) or not (0), the one-point ones, the others).
+Cells = tuple[str, bytes, Ones, tuple[Row, ...]]
 
 
 @dataclass(frozen=True)
@@ -39,28 +60,20 @@ class Slice:
     flagged: Mapping[str, tuple[str, ...]]
     #: each of its points' counts, in their order in the store
     counts: tuple[Counts, ...]
-    #: workload -> its valid cells there, by (config, concurrency)
-    cells: Mapping[str, tuple[Cell, ...]]
+    #: its valid cells by workload, each by (config, concurrency)
+    rows: tuple[Cells, ...]
 
 
 @dataclass(frozen=True)
 class Slices:
     """The slices of one store: each campaign's key, and the slices known by
-    key (``known``: as the caller kept them; ``made``: derived by this
-    command, for the caller to keep)."""
+    key (``known``: as the caller kept them, taken out by ``derive`` as it
+    uses them, so that their rows are not held once their cells are made;
+    ``made``: derived by ``derive``, for the caller to keep)."""
 
     keys: Mapping[str, str]  # campaign name -> its slice's key
-    known: Mapping[str, Slice]
+    known: dict[str, Slice]
     made: dict[str, Slice] = field(default_factory=dict)
-
-    def live(self) -> dict[str, Slice]:
-        """key -> slice, of every campaign of the store (known or made)."""
-        out = {}
-        for key in self.keys.values():
-            got = self.made.get(key) or self.known.get(key)
-            if got is not None:
-                out[key] = got
-        return out
 
 
 def keys(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> dict[str, str] | None:
@@ -73,10 +86,7 @@ def keys(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> dict[str, str]
     are not known (a dataset not made by ``store.merge``)."""
     if len(run_keys) != len(data.runs) or (data.points and not data.facts):
         return None
-    held: dict[str, list[str]] = {c.name: [] for c in data.campaigns}
-    for run, key in zip(data.runs, run_keys):
-        for c in run.campaigns:
-            held[c.name].append(key)
+    held = _held(data)
     measured: dict[str, list[str]] = {}
     for config, campaign in data.facts:
         measured.setdefault(campaign, []).append(config)
@@ -87,9 +97,24 @@ def keys(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> dict[str, str]
         configs = sorted(measured.get(c.name, ()))
         text = "\n".join([VERSION, gates, c.name, str(rank),
                           repr([(config, spec.get(config, speculative({}))) for config in configs]),
-                          *held[c.name]])
+                          *map(run_keys.__getitem__, held[c.name])])
         out[c.name] = hashlib.sha256(text.encode()).hexdigest()
     return out
+
+
+def _held(data: Dataset) -> dict[str, list[int]]:
+    """campaign name -> the places in ``data.runs`` of the runs that hold it."""
+    held: dict[str, list[int]] = {c.name: [] for c in data.campaigns}
+    for i, run in enumerate(data.runs):
+        for c in run.campaigns:
+            held[c.name].append(i)
+    return held
+
+
+def _points_held(data: Dataset, places: list[int]) -> list[Point]:
+    """The points of the runs at ``places``, in order: where a slice's rows
+    find their points."""
+    return list(chain.from_iterable(map(_POINTS, map(data.runs.__getitem__, places))))
 
 
 Found = tuple[dict[str, tuple[str, ...]], dict[str, Counts], list[Cell]]
@@ -103,22 +128,26 @@ def derive(data: Dataset, rules: Rules, given: Slices | None = None) -> Found:
     if given is None:
         flags, every = assess(data, rules.gates)
         return flags, every, cells(data, rules, flags)
-    by_name = {name: given.known[key] for name, key in given.keys.items() if key in given.known}
+    held = _held(data)
+    known = given.known
+    by_name = {name: known.pop(key) for name, key in given.keys.items() if key in known}
+    known.clear()  # (what no campaign of this store has)
     missing = [c.name for c in data.campaigns if c.name not in by_name]
     if len(missing) == len(data.campaigns):  # nothing kept: derived whole, then cut into slices
         flags, every = assess(data, rules.gates)
         valid = cells(data, rules, flags)
-        _keep(given, _cut(data, missing, flags, every, valid))
+        _keep(given, _cut(data, data.points, held, missing, flags, every, valid)[0])
         return flags, every, valid
+    made_cells: dict[str, dict[str, list[Cell]]] = {}
     if missing:
         wanted = set(missing)
         points = tuple(compress(data.points, map(wanted.__contains__, map(_CAMPAIGN, data.points))))
         part = Dataset(campaigns=data.campaigns, points=points, configs=data.configs)
         flags, every = assess(part, rules.gates)
-        made = _cut(part, missing, flags, every, cells(part, rules, flags))
+        made, made_cells = _cut(data, points, held, missing, flags, every, cells(part, rules, flags))
         _keep(given, made)
         by_name.update(made)
-    found = _assemble(data, by_name)
+    found = _assemble(data, held, by_name, made_cells)
     if found is None:  # a slice that does not fit its campaign's points: derived whole
         flags, every = assess(data, rules.gates)
         return flags, every, cells(data, rules, flags)
@@ -130,13 +159,14 @@ def _keep(given: Slices, made: Mapping[str, Slice]) -> None:
         given.made[given.keys[name]] = piece
 
 
-def _cut(data: Dataset, names: Sequence[str], flags: Mapping[str, tuple[str, ...]], every: Mapping[str, Counts],
-         valid: Sequence[Cell]) -> dict[str, Slice]:
-    """The slices of ``names`` (every campaign of ``data``'s points), from
-    what was derived over those points."""
+def _cut(data: Dataset, points: Sequence[Point], held: Mapping[str, list[int]], names: Sequence[str],
+         flags: Mapping[str, tuple[str, ...]], every: Mapping[str, Counts],
+         valid: Sequence[Cell]) -> tuple[dict[str, Slice], dict[str, dict[str, list[Cell]]]]:
+    """The slices of ``names`` (every campaign of ``points``), from what was
+    derived over those points; and their cells by campaign and workload."""
     counts: dict[str, list[Counts]] = {name: [] for name in names}
     flagged: dict[str, dict[str, tuple[str, ...]]] = {name: {} for name in names}
-    for p in data.points:
+    for p in points:
         counts[p.campaign].append(every[p.id])
         why = flags.get(p.id)
         if why is not None:
@@ -144,15 +174,72 @@ def _cut(data: Dataset, names: Sequence[str], flags: Mapping[str, tuple[str, ...
     by: dict[str, dict[str, list[Cell]]] = {name: {} for name in names}
     for cell in valid:
         by[cell.campaign].setdefault(cell.workload, []).append(cell)
-    return {name: Slice(flagged=flagged[name], counts=tuple(counts[name]),
-                        cells={w: tuple(cs) for w, cs in by[name].items()}) for name in names}
+    out = {}
+    for name in names:
+        flat = _points_held(data, held[name])
+        where = {p.id: k for k, p in enumerate(flat)}
+        rows = tuple(_encode(w, cs, where, flat) for w, cs in by[name].items())
+        out[name] = Slice(flagged=flagged[name], counts=tuple(counts[name]), rows=rows)
+    return out, by
 
 
-def _assemble(data: Dataset, by_name: Mapping[str, Slice]) -> Found | None:
+def _encode(w: str, cs: Sequence[Cell], where: Mapping[str, int], flat: Sequence[Point]) -> Cells:
+    """A workload's cells of one campaign, as a slice keeps them (``Cells``)."""
+    kinds = bytearray()
+    configs: dict[str, int] = {}
+    codes, concs, values, places = array("q"), array("q"), array("d"), array("q")
+    overrides: list[tuple[int, tuple[float, ...]]] = []
+    rows: list[Row] = []
+    for cell in cs:
+        if (cell.n == 1 and type(cell.mean) is float and cell.lo is cell.mean and cell.hi is cell.mean
+                and type(cell.concurrency) is int and -2**63 <= cell.concurrency < 2**63
+                and type(cell.values) is tuple and len(cell.values) == 1 and cell.values[0] is cell.mean):
+            k = where[cell.point_ids[0]]
+            own = flat[k].series
+            if not (cell.series is own or (own is None and cell.series == ())):
+                overrides.append((len(values), cell.series))
+            kinds.append(1)
+            codes.append(configs.setdefault(cell.config, len(configs)))
+            concs.append(cell.concurrency)
+            values.append(cell.mean)
+            places.append(k)
+        else:
+            kinds.append(0)
+            rows.append((cell.config, cell.concurrency, cell.mean, cell.lo, cell.hi, cell.n,
+                         tuple(where[i] for i in cell.point_ids), cell.values, cell.series))
+    return w, bytes(kinds), (tuple(configs), codes, concs, values, places, tuple(overrides)), tuple(rows)
+
+
+def _decode(got: Cells, name: str, rank: int, flat: Sequence[Point]) -> list[Cell]:
+    """A workload's cells of one campaign made again from its slice: each
+    point's own id and series (``flat``: the points of the runs that hold
+    the campaign); the one-point cells with no Python step per cell."""
+    w, kinds, (configs, codes, concs, values, places, overrides), rows = got
+    new = tuple.__new__
+    ps = list(map(flat.__getitem__, places))
+    vs = values.tolist()
+    series = [() if s is None else s for s in map(_SERIES, ps)]
+    for i, s in overrides:
+        series[i] = s
+    ones = map(new, repeat(Cell), zip(repeat(w), repeat(name), repeat(rank), map(configs.__getitem__, codes),
+                                       concs.tolist(), vs, vs, vs, repeat(1), zip(map(_ID, ps)), zip(vs), series))
+    others = (new(Cell, (w, name, rank, config, conc, mean, lo, hi, n, tuple([flat[k].id for k in at]), vals, ser))
+              for config, conc, mean, lo, hi, n, at, vals, ser in rows)
+    out = list(map(next, map((others, ones).__getitem__, kinds)))  # in their order: 1 a one-point cell
+    if (len(out) != len(kinds) or len(vs) != sum(kinds) or next(ones, None) is not None
+            or next(others, None) is not None):
+        raise ValueError("a slice's cells do not fit it")
+    return out
+
+
+def _assemble(data: Dataset, held: Mapping[str, list[int]], by_name: dict[str, Slice],
+              made: Mapping[str, dict[str, list[Cell]]]) -> Found | None:
     """What ``assess`` and ``cells`` give over the whole store, from every
-    campaign's slice: the counts in the points' order, the flags in the
-    points' order, the cells by (workload, campaign, config, concurrency).
-    None when a slice's counts are not as many as its campaign's points."""
+    campaign's slice (``made``: the cells of those derived here): the
+    counts in the points' order, the flags in the points' order, the cells
+    by (workload, campaign, config, concurrency). None when a slice does
+    not fit its campaign: counts not as many as its points, or a row whose
+    point is not there."""
     points = data.points
     ids = list(map(_ID, points))
     names = list(map(_CAMPAIGN, points))
@@ -168,12 +255,21 @@ def _assemble(data: Dataset, by_name: Mapping[str, Slice]) -> Found | None:
         if s.flagged:
             flagged.update(s.flagged)
     flags = {i: flagged[i] for i in compress(ids, map(flagged.__contains__, ids))} if flagged else {}
-    workloads = sorted({w for s in by_name.values() for w in s.cells})
-    ordered = sorted(by_name)
+    by = dict(made)
+    try:
+        for rank, c in enumerate(data.campaigns):
+            if c.name not in by:
+                # (the slice let go once its cells are made: its rows are not held past them)
+                flat = _points_held(data, held[c.name])
+                by[c.name] = {got[0]: _decode(got, c.name, rank, flat) for got in by_name.pop(c.name).rows}
+    except (IndexError, TypeError, ValueError, AttributeError, KeyError):
+        return None
+    workloads = sorted({w for cs in by.values() for w in cs})
+    ordered = sorted(by)
     valid: list[Cell] = []
     for w in workloads:
         for name in ordered:
-            got = by_name[name].cells.get(w)
+            got = by[name].get(w)
             if got:
                 valid.extend(got)
     return flags, every, valid

@@ -41,7 +41,6 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
-import itertools
 import os
 import pickle
 import shutil
@@ -55,7 +54,7 @@ from typing import Any, Iterator
 from findings.core import aside, diskio, jsonfast
 from findings.document import columns
 from findings import store as store_mod
-from findings.derive.analysis import Cell, Rules, point_series
+from findings.derive.analysis import Rules, point_series
 from findings.derive import slices as slices_mod, stats
 from findings.derive.history import HistoryCache
 from findings.derive.validity import records_counted
@@ -949,20 +948,15 @@ def _slices_index(folder_: Path) -> dict[str, list[str]]:
 
 
 def _encode_slice(piece: slices_mod.Slice) -> tuple[Any, ...]:
-    """A slice as plain tuples (a cell as a tuple, not a named tuple: one
-    unpickles at C speed, the other through a Python ``__new__``)."""
-    return (tuple(piece.flagged.items()), piece.counts,
-            tuple((w, tuple(map(tuple, cs))) for w, cs in piece.cells.items()))
+    return (tuple(piece.flagged.items()), piece.counts, piece.rows)
 
 
 def _decode_slice(value: Any) -> slices_mod.Slice | None:
+    """A slice as ``_encode_slice`` wrote it, or None (a miss)."""
+    if not (type(value) is tuple and len(value) == 3 and type(value[1]) is tuple and type(value[2]) is tuple):
+        return None
     try:
-        flagged, counts, by = value
-        if type(counts) is not tuple:
-            return None
-        new = tuple.__new__
-        return slices_mod.Slice(flagged=dict(flagged), counts=counts,
-                                cells={w: tuple(map(new, itertools.repeat(Cell), rows)) for w, rows in by})
+        return slices_mod.Slice(flagged=dict(value[0]), counts=value[1], rows=value[2])
     except (TypeError, ValueError):
         return None
 
@@ -995,9 +989,10 @@ def get_slices(found: Scan, data: Dataset, rules: Rules) -> slices_mod.Slices | 
 
 def put_slices(found: Scan, given: slices_mod.Slices | None) -> None:
     """Keeps the slices a command derived (``given.made``) as one more
-    segment, written aside when they hold many points (D168's writer); and
-    every live slice again as one segment, the others removed, once there
-    are more than ``MAX_SLICE_SEGMENTS`` or more dead slices than live."""
+    segment; once there would be more than ``MAX_SLICE_SEGMENTS``, or the
+    segments hold more dead slices than live ones, every live slice as one
+    segment instead (those kept read again from their segments). Written
+    aside when many points' or every slice is written (D168's writer)."""
     folder_ = _slices_folder(found)
     if folder_ is None or given is None or not given.made:
         return
@@ -1005,28 +1000,37 @@ def put_slices(found: Scan, given: slices_mod.Slices | None) -> None:
     live = set(given.keys.values())
     index = _slices_index(folder_)
     kept = {name: keys for name, keys in index.items() if not live.isdisjoint(keys)}
-    dead = sum(len(keys) for keys in kept.values()) - len(live.intersection(k for keys in kept.values() for k in keys))
-    if len(kept) + 1 > MAX_SLICE_SEGMENTS or dead > len(live):
-        write, kept = given.live(), {}
-    else:
-        write = {k: v for k, v in given.made.items() if k in live}
-    job = functools.partial(_write_slices, folder_, kept, write)
-    if sum(len(s.counts) for s in write.values()) >= KEEP_SLICES_ASIDE_POINTS:
+    dead = sum(len(keys) - len(live.intersection(keys)) for keys in kept.values())
+    whole = len(kept) + 1 > MAX_SLICE_SEGMENTS or dead > len(live)
+    write = {k: v for k, v in given.made.items() if k in live}
+    job = functools.partial(_write_slices, folder_, kept, write, live if whole else None)
+    if whole or sum(len(s.counts) for s in write.values()) >= KEEP_SLICES_ASIDE_POINTS:
         _SLICE_WRITERS.append(aside.forked(job))
     else:
         job()
 
 
-def _write_slices(folder_: Path, kept: dict[str, list[str]], write: dict[str, slices_mod.Slice]) -> None:
-    """One segment of ``write``, then the index of it and ``kept``; the
-    segments the index does not name are removed."""
+def _write_slices(folder_: Path, kept: dict[str, list[str]], write: dict[str, slices_mod.Slice],
+                  live: set[str] | None) -> None:
+    """One segment of ``write`` (and, with ``live``, of every live slice the
+    ``kept`` segments hold), then the index of it and of the segments still
+    kept; the segments the index does not name are removed."""
     with contextlib.suppress(OSError):
         folder_.mkdir(parents=True, exist_ok=True, mode=0o700)
-    keys = sorted(write)
+    entries = {k: _encode_slice(v) for k, v in write.items()}
+    if live is not None:
+        for segment, keys in kept.items():
+            got = _read_pickle(folder_ / f"{segment}.pickle")
+            if type(got) is dict:  # (one that cannot be read: its slices derived again next time)
+                for k in live.intersection(keys):
+                    if k not in entries and k in got:
+                        entries[k] = got[k]
+        kept = {}
+    keys = sorted(entries)
     name = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
     path = folder_ / f"{name}.pickle"
     try:
-        blob = pickle.dumps({k: _encode_slice(write[k]) for k in keys}, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # a value that does not pickle: derived again next time
         return
     _write(path, blob)

@@ -352,3 +352,54 @@ def test_an_interval_is_found_by_its_values_whatever_objects_hold_them() -> None
         stats.ratio_ci((1.0, 2.0), (1.0, 2.0), 0.95, 50, "s")
         stats.ratio_ci((1, 2.0), (1.0, 2.0), 0.95, 50, "s")
     assert len(other) == 2
+
+
+def test_the_history_chain_hashes_each_campaigns_key_and_its_suspect_pairs(data: Dataset) -> None:
+    """With the slices' keys, the replay's chain (D91) hashes each
+    campaign's key and the (workload, config) pairs its suspect moves take
+    out, not its cells (D174): a link changes, from its campaign on, when
+    either does, and only then."""
+    from findings.derive import history, regressions
+
+    rules = Rules()
+    keys = slices.keys(data, rules, _run_keys(data))
+    assert keys is not None
+    valid = _whole(data, rules)[2]
+    found = regressions.analyse(data, rules, valid)
+    kept = regressions.without_suspects(valid, found)
+
+    def chain(cell_keys: dict[str, str] | None, moves: list[regressions.Move]) -> list[str]:
+        job = history._Job(data, rules, regressions.without_suspects(valid, moves), moves, history.HistoryCache(),
+                           None, cell_keys)
+        return job.chain
+
+    base = chain(keys, found)
+    assert len(base) == len(data.campaigns) and base == chain(dict(keys), list(found))
+    assert chain(None, found) != base  # the cells hashed instead: another chain
+    k = len(data.campaigns) // 2
+    name = data.campaigns[k].name
+
+    def changed_from(other: list[str]) -> int:
+        return next(i for i, (a, b) in enumerate(zip(base, other)) if a != b)
+
+    assert changed_from(chain({**keys, name: "0" * 64}, found)) == k
+    # A move of campaign k marked suspect (what a later campaign can do).
+    move = next(m for m in found if m.campaign == name) if any(m.campaign == name for m in found) else None
+    if move is None:
+        cell = next(c for c in kept if c.campaign == name)
+        move = regressions.Move(workload=cell.workload, config=cell.config, previous_campaign=data.campaigns[k - 1].name,
+                                campaign=name, rank=k, ratios=(), facts_changed=(), kind=regressions.SUSPECT,
+                                reason="", known_at=k, next_rank=None, run_ids=())
+        moves = [*found, move]
+    else:
+        moves = [dataclasses.replace(m, kind=regressions.SUSPECT) if m is move else m for m in found]
+    assert changed_from(chain(keys, moves)) == k
+    job = history._Job(data, rules, regressions.without_suspects(valid, moves), moves, history.HistoryCache(),
+                       None, keys)
+    assert job.keyed is not None and repr((move.workload, move.config)) in job.keyed[name]
+    # The pairs alone, the cells as they were: the link still changes at k.
+    plain = history._Job(data, rules, kept, found, history.HistoryCache(), None, keys)
+    assert plain.keyed is not None
+    marked = {**plain.keyed, name: plain.keyed[name] + repr([(move.workload, move.config)])}
+    other = history._chain(data, rules, plain.by_rank, plain.breaks_at, marked)
+    assert plain.chain == base and changed_from(other) == k

@@ -193,7 +193,7 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
     tunes = tuning_mod.tune_campaigns(data)
     data.read_runs()
     history = History(begin(data, rules, regressions.without_suspects(valid, found), found, cache=history_cache,
-                            aside=aside))
+                            aside=aside, cell_keys=slices.keys if slices is not None else None))
     try:
         done = regressions.conclude_with_steps(data, rules, valid, found)
         flags = {**gate_flags, **done.suspect_flags}

@@ -399,6 +399,17 @@ def _measure(old: Mapping[int, Cell], new: Mapping[int, Cell], rules: Rules,
     return measured
 
 
+_FIRST = operator.itemgetter(0)
+_POINT_IDS = operator.attrgetter("point_ids")
+
+
+def _runs_of(news: list[Cell]) -> tuple[str, ...]:
+    """The run ids of the cells' points (each id's part before its last
+    "/"), sorted: at C speed (0.35 s of a million points' moves, D174)."""
+    ids = itertools.chain.from_iterable(map(_POINT_IDS, news))
+    return tuple(sorted(set(map(_FIRST, map(str.rsplit, ids, itertools.repeat("/"), itertools.repeat(1))))))
+
+
 def _moves_stepped(cells_: list[Cell], steps: Steps, facts_of: Callable[[str, str], Mapping[str, Scalar]],
                    rules: Rules) -> list[Move]:
     """``moves`` from the pairs stats.step_pairs found."""
@@ -471,7 +482,7 @@ def _moves_stepped(cells_: list[Cell], steps: Steps, facts_of: Callable[[str, st
             kind, reason, known = told if told is not None else _classify(
                 measured, group(p), group(q), group(later_group) if later_group is not None else None, later_rank,
                 changed, rules, later_cell.campaign if later_cell is not None else None)
-            runs = tuple(sorted({pid.rsplit("/", 1)[0] for cell in news for pid in cell.point_ids}))
+            runs = _runs_of(news)
             out.append(Move(workload=workload, config=config, previous_campaign=old_name,
                             campaign=new_cell.campaign, rank=new_cell.rank,
                             ratios=tuple((c, r, b) for c, r, b, _ in measured), facts_changed=changed, kind=kind,

@@ -64,9 +64,11 @@ def test_slices_kept_or_not_give_what_the_whole_derivation_gives(data: Dataset) 
     # None kept: derived whole, and cut into every campaign's slice.
     first = slices.Slices(keys=keys, known={})
     _same(slices.derive(data, rules, first), want)
-    assert set(first.made) == set(keys.values())
+    assert first.made == {} and [n for n, _ in first.pending] == [len(data.points)]  # cut by whoever keeps them (aside)
+    cut = first.to_keep()
+    assert set(cut) == set(keys.values())
     # All kept: nothing derived, and the slices taken (not held past their use).
-    every = slices.Slices(keys=keys, known=dict(first.made))
+    every = slices.Slices(keys=keys, known=dict(cut))
     got = slices.derive(data, rules, every)
     _same(got, want)
     assert every.made == {} and every.known == {}
@@ -80,11 +82,11 @@ def test_slices_kept_or_not_give_what_the_whole_derivation_gives(data: Dataset) 
     # Some kept, at random: the others derived, and those alone.
     rng = random.Random(3)
     for _ in range(4):
-        known = {k: v for k, v in first.made.items() if rng.random() < 0.6}
+        known = {k: v for k, v in cut.items() if rng.random() < 0.6}
         some = slices.Slices(keys=keys, known=dict(known))
         _same(slices.derive(data, rules, some), want)
-        assert set(some.made) == set(keys.values()) - set(known)
-        assert {**known, **some.made} == first.made
+        assert set(some.made) == set(keys.values()) - set(known) and some.to_keep() == some.made
+        assert {**known, **some.made} == cut
     # No slices at all: the derivation as it always was.
     _same(slices.derive(data, rules, None), want)
 
@@ -101,7 +103,7 @@ def test_speculation_that_contradicts_a_config_is_flagged_the_same_from_slices(d
     assert keys is not None
     first = slices.Slices(keys=keys, known={})
     slices.derive(other, rules, first)
-    half = {k: v for i, (k, v) in enumerate(sorted(first.made.items())) if i % 2}
+    half = {k: v for i, (k, v) in enumerate(sorted(first.to_keep().items())) if i % 2}  # (cut once)
     _same(slices.derive(other, rules, slices.Slices(keys=keys, known=half)), want)
 
 
@@ -159,10 +161,11 @@ def test_a_slice_that_does_not_fit_its_campaign_is_not_used(data: Dataset) -> No
     assert keys is not None
     first = slices.Slices(keys=keys, known={})
     slices.derive(data, rules, first)
+    made = first.to_keep()
     name = next(n for n, key in keys.items()  # a campaign with cells of one point and of several
-                if any(len(ones[4]) for _, _, ones, _ in first.made[key].rows)
-                and any(rows for *_, rows in first.made[key].rows))
-    short = first.made[keys[name]]
+                if any(len(ones[4]) for _, _, ones, _ in made[key].rows)
+                and any(rows for *_, rows in made[key].rows))
+    short = made[keys[name]]
     assert any(len(ones[4]) for _, _, ones, _ in short.rows) and any(rows for *_, rows in short.rows)
     for bad in (dataclasses.replace(short, counts=short.counts[:-1]),
                 dataclasses.replace(short, counts=short.counts + short.counts[:1]),
@@ -176,7 +179,7 @@ def test_a_slice_that_does_not_fit_its_campaign_is_not_used(data: Dataset) -> No
                 # a cell too many
                 dataclasses.replace(short, rows=tuple((w, kinds[:-1], ones, rows)
                                                       for w, kinds, ones, rows in short.rows))):
-        known = {**first.made, keys[name]: bad}
+        known = {**made, keys[name]: bad}
         _same(slices.derive(data, rules, slices.Slices(keys=keys, known=known)), want)
 
 

@@ -15,12 +15,13 @@ in the same order (tests/test_slices.py holds it to that).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from array import array
 from itertools import chain, compress, repeat
 from operator import attrgetter
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from findings.core.model import Dataset, Point
 from findings.derive.analysis import Cell, Rules, cells
@@ -74,6 +75,23 @@ class Slices:
     keys: Mapping[str, str]  # campaign name -> its slice's key
     known: dict[str, Slice]
     made: dict[str, Slice] = field(default_factory=dict)
+    #: slices derived but not cut yet, with how many points they hold (key
+    #: -> slice, when called): where every campaign was derived in one
+    #: pass, cutting it into slices is left to whoever keeps them (the
+    #: render cache does it aside, D174)
+    pending: list[tuple[int, Callable[[], dict[str, Slice]]]] = field(default_factory=list)
+
+    def to_keep(self) -> dict[str, Slice]:
+        """key -> slice, of every slice derived (cut now, if not yet)."""
+        out = dict(self.made)
+        for _, cut in self.pending:
+            out.update(cut())
+        return out
+
+    @property
+    def points(self) -> int:
+        """How many points the slices to keep hold."""
+        return sum(len(s.counts) for s in self.made.values()) + sum(n for n, _ in self.pending)
 
 
 def keys(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> dict[str, str] | None:
@@ -136,7 +154,8 @@ def derive(data: Dataset, rules: Rules, given: Slices | None = None) -> Found:
     if len(missing) == len(data.campaigns):  # nothing kept: derived whole, then cut into slices
         flags, every = assess(data, rules.gates)
         valid = cells(data, rules, flags)
-        _keep(given, _cut(data, data.points, held, missing, flags, every, valid)[0])
+        given.pending.append((len(data.points), functools.partial(_cut_keyed, data, held, missing, flags, every,
+                                                                   valid, given.keys)))
         return flags, every, valid
     made_cells: dict[str, dict[str, list[Cell]]] = {}
     if missing:
@@ -157,6 +176,13 @@ def derive(data: Dataset, rules: Rules, given: Slices | None = None) -> Found:
 def _keep(given: Slices, made: Mapping[str, Slice]) -> None:
     for name, piece in made.items():
         given.made[given.keys[name]] = piece
+
+
+def _cut_keyed(data: Dataset, held: Mapping[str, list[int]], names: Sequence[str],
+               flags: Mapping[str, tuple[str, ...]], every: Mapping[str, Counts], valid: Sequence[Cell],
+               keys: Mapping[str, str]) -> dict[str, Slice]:
+    """``_cut`` of every campaign, by key."""
+    return {keys[name]: piece for name, piece in _cut(data, data.points, held, names, flags, every, valid)[0].items()}
 
 
 def _cut(data: Dataset, points: Sequence[Point], held: Mapping[str, list[int]], names: Sequence[str],

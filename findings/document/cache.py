@@ -994,7 +994,7 @@ def put_slices(found: Scan, given: slices_mod.Slices | None) -> None:
     segment instead (those kept read again from their segments). Written
     aside when many points' or every slice is written (D168's writer)."""
     folder_ = _slices_folder(found)
-    if folder_ is None or given is None or not given.made:
+    if folder_ is None or given is None or not (given.made or given.pending):
         return
     _settle_slices()  # two writers never overlap
     live = set(given.keys.values())
@@ -1002,23 +1002,24 @@ def put_slices(found: Scan, given: slices_mod.Slices | None) -> None:
     kept = {name: keys for name, keys in index.items() if not live.isdisjoint(keys)}
     dead = sum(len(keys) - len(live.intersection(keys)) for keys in kept.values())
     whole = len(kept) + 1 > MAX_SLICE_SEGMENTS or dead > len(live)
-    write = {k: v for k, v in given.made.items() if k in live}
-    job = functools.partial(_write_slices, folder_, kept, write, live if whole else None)
-    if whole or sum(len(s.counts) for s in write.values()) >= KEEP_SLICES_ASIDE_POINTS:
+    job = functools.partial(_write_slices, folder_, kept, given, live, whole)
+    # (every campaign derived in one pass, into an empty cache: cut into slices there too)
+    if whole or given.points >= KEEP_SLICES_ASIDE_POINTS:
         _SLICE_WRITERS.append(aside.forked(job))
     else:
         job()
 
 
-def _write_slices(folder_: Path, kept: dict[str, list[str]], write: dict[str, slices_mod.Slice],
-                  live: set[str] | None) -> None:
-    """One segment of ``write`` (and, with ``live``, of every live slice the
-    ``kept`` segments hold), then the index of it and of the segments still
-    kept; the segments the index does not name are removed."""
+def _write_slices(folder_: Path, kept: dict[str, list[str]], given: slices_mod.Slices, live: set[str],
+                  whole: bool) -> None:
+    """One segment of the slices ``given`` derived (and, when ``whole``, of
+    every ``live`` slice the ``kept`` segments hold), then the index of it
+    and of the segments still kept; the segments the index does not name
+    are removed."""
     with contextlib.suppress(OSError):
         folder_.mkdir(parents=True, exist_ok=True, mode=0o700)
-    entries = {k: _encode_slice(v) for k, v in write.items()}
-    if live is not None:
+    entries = {k: _encode_slice(v) for k, v in given.to_keep().items() if k in live}
+    if whole:
         for segment, keys in kept.items():
             got = _read_pickle(folder_ / f"{segment}.pickle")
             if type(got) is dict:  # (one that cannot be read: its slices derived again next time)

@@ -144,3 +144,40 @@ def cache_off() -> Iterator[None]:
             del os.environ["FINDINGS_CACHE"]
         else:
             os.environ["FINDINGS_CACHE"] = old
+
+
+def counting_forks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Each function the render cache runs aside (core/aside.py), in turn,
+    run as it would be."""
+    from findings.document import cache as rendercache
+    forked: list[Any] = []
+    real = rendercache.aside.forked
+
+    def counting(fn: Any) -> Any:
+        forked.append(fn)
+        return real(fn)
+
+    monkeypatch.setattr(rendercache.aside, "forked", counting)
+    return forked
+
+
+def dying_forks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the render cache runs aside dies there before it does anything
+    (killed, say): waiting for it then runs it here."""
+    from findings.document import cache as rendercache
+    here = os.getpid()
+    real = rendercache.aside.forked
+
+    def dying(fn: Any) -> Any:
+        return real(lambda: os._exit(3) if os.getpid() != here else fn())
+
+    monkeypatch.setattr(rendercache.aside, "forked", dying)
+
+
+@pytest.fixture()
+def render_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The render cache on, in a folder of the test's own (not yet made)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("FINDINGS_CACHE_DIR", str(folder))
+    monkeypatch.delenv("FINDINGS_CACHE", raising=False)
+    return folder

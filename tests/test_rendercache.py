@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cache_off, cli
+from conftest import ROOT, cache_off, cli, counting_forks, dying_forks
 from findings.document import cache as rendercache
 from findings import store as store_mod
 
@@ -29,11 +29,8 @@ def render(tmp: Path, *args: str) -> bytes:
 
 
 @pytest.fixture()
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("FINDINGS_CACHE_DIR", str(folder))
-    monkeypatch.delenv("FINDINGS_CACHE", raising=False)
-    return folder
+def cache(render_cache: Path) -> Path:
+    return render_cache
 
 
 def test_the_seed_document_is_the_same_with_no_cache_a_cold_one_and_a_warm_one(tmp_path: Path, cache: Path) -> None:
@@ -261,14 +258,7 @@ def test_the_points_table_written_aside_is_there_when_the_command_ends(
     it, so the next command reads every run from the table."""
     store, args, names = _grown_store(tmp_path)
     monkeypatch.setattr(rendercache, "KEEP_ASIDE_POINTS", 1)
-    forked: list[object] = []
-    real_forked = rendercache.aside.forked
-
-    def counting(fn):  # type: ignore[no-untyped-def]
-        forked.append(fn)
-        return real_forked(fn)
-
-    monkeypatch.setattr(rendercache.aside, "forked", counting)
+    forked = counting_forks(monkeypatch)
     with cache_off():
         doc = render(tmp_path, *args)
     read = _counting(monkeypatch)
@@ -283,15 +273,7 @@ def test_a_writer_that_dies_aside_leaves_the_table_written_here(
         tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store, args, names = _grown_store(tmp_path)
     monkeypatch.setattr(rendercache, "KEEP_ASIDE_POINTS", 1)
-    real_forked = rendercache.aside.forked
-
-    here = os.getpid()
-
-    def dying(fn):  # type: ignore[no-untyped-def]
-        # Killed aside before it wrote anything, say: result() then writes it here.
-        return real_forked(lambda: os._exit(3) if os.getpid() != here else fn())
-
-    monkeypatch.setattr(rendercache.aside, "forked", dying)
+    dying_forks(monkeypatch)  # killed aside before it wrote anything, say: result() then writes it here
     first = render(tmp_path, *args)
     read = _counting(monkeypatch)
     r = cli(*args, "conclusions", "--json")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from array import array
-import os
 import random
 import shutil
 import sys
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, cache_off, cli
+from conftest import ROOT, cache_off, cli, counting_forks, dying_forks
 from findings import store as store_mod
 from findings.core.model import Dataset
 from findings.derive import slices
@@ -187,11 +186,8 @@ def test_a_slice_that_does_not_fit_its_campaign_is_not_used(data: Dataset) -> No
 
 
 @pytest.fixture()
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("FINDINGS_CACHE_DIR", str(folder))
-    monkeypatch.delenv("FINDINGS_CACHE", raising=False)
-    return folder
+def cache(render_cache: Path) -> Path:
+    return render_cache
 
 
 def _render(tmp: Path, *args: str) -> bytes:
@@ -298,14 +294,7 @@ def test_segments_are_written_again_as_one_past_the_limit(
 def test_many_slices_are_written_aside_and_there_when_the_command_ends(
         tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rendercache, "KEEP_SLICES_ASIDE_POINTS", 1)
-    forked: list[object] = []
-    real_forked = rendercache.aside.forked
-
-    def counting(fn):  # type: ignore[no-untyped-def]
-        forked.append(fn)
-        return real_forked(fn)
-
-    monkeypatch.setattr(rendercache.aside, "forked", counting)
+    forked = counting_forks(monkeypatch)
     full, store, args, tags = _store_by_campaign(tmp_path)
     _add(full, store, tags)
     r = cli(*args, "conclusions", "--json")
@@ -320,13 +309,7 @@ def test_many_slices_are_written_aside_and_there_when_the_command_ends(
 def test_a_slices_writer_that_dies_aside_leaves_them_written_here(
         tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rendercache, "KEEP_SLICES_ASIDE_POINTS", 1)
-    here = os.getpid()
-    real_forked = rendercache.aside.forked
-
-    def dying(fn):  # type: ignore[no-untyped-def]
-        return real_forked(lambda: os._exit(3) if os.getpid() != here else fn())
-
-    monkeypatch.setattr(rendercache.aside, "forked", dying)
+    dying_forks(monkeypatch)
     full, store, args, tags = _store_by_campaign(tmp_path)
     _add(full, store, tags)
     r = cli(*args, "conclusions", "--json")

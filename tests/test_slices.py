@@ -162,22 +162,28 @@ def test_a_slice_that_does_not_fit_its_campaign_is_not_used(data: Dataset) -> No
     slices.derive(data, rules, first)
     made = first.to_keep()
     name = next(n for n, key in keys.items()  # a campaign with cells of one point and of several
-                if any(len(ones[4]) for _, _, ones, _ in made[key].rows)
-                and any(rows for *_, rows in made[key].rows))
+                if any(len(ones[4]) for _, _, ones, _, _ in made[key].rows)
+                and any(len(many[0]) for _, _, _, many, _ in made[key].rows))
     short = made[keys[name]]
-    assert any(len(ones[4]) for _, _, ones, _ in short.rows) and any(rows for *_, rows in short.rows)
     for bad in (dataclasses.replace(short, counts=short.counts[:-1]),
                 dataclasses.replace(short, counts=short.counts + short.counts[:1]),
                 # a cell whose point is not among its runs' points
                 dataclasses.replace(short, rows=tuple((w, kinds, (*ones[:4], array("q", [10**6] * len(ones[4])),
-                                                                  ones[5]), rows)
-                                                      for w, kinds, ones, rows in short.rows)),
+                                                                  ones[5]), many, rows)
+                                                      for w, kinds, ones, many, rows in short.rows)),
+                # a cell of several points one of which is not there
+                dataclasses.replace(short, rows=tuple((w, kinds, ones, (*many[:4], array("q", [10**6] * len(many[4])),
+                                                                        many[5]), rows)
+                                                      for w, kinds, ones, many, rows in short.rows)),
                 # a cell too few
-                dataclasses.replace(short, rows=tuple((w, kinds + b"\x00", ones, rows)
-                                                      for w, kinds, ones, rows in short.rows)),
+                dataclasses.replace(short, rows=tuple((w, kinds + b"\x00", ones, many, rows)
+                                                      for w, kinds, ones, many, rows in short.rows)),
                 # a cell too many
-                dataclasses.replace(short, rows=tuple((w, kinds[:-1], ones, rows)
-                                                      for w, kinds, ones, rows in short.rows))):
+                dataclasses.replace(short, rows=tuple((w, kinds[:-1], ones, many, rows)
+                                                      for w, kinds, ones, many, rows in short.rows)),
+                # a kind of cell swapped for another
+                dataclasses.replace(short, rows=tuple((w, kinds.replace(b"\x02", b"\x01", 1), ones, many, rows)
+                                                      for w, kinds, ones, many, rows in short.rows))):
         known = {**made, keys[name]: bad}
         _same(slices.derive(data, rules, slices.Slices(keys=keys, known=known)), want)
 
@@ -389,3 +395,37 @@ def test_the_history_chain_hashes_each_campaigns_key_and_its_suspect_pairs(data:
     marked = {**plain.keyed, name: plain.keyed[name] + repr([(move.workload, move.config)])}
     other = history._chain(data, rules, plain.by_rank, plain.breaks_at, marked)
     assert plain.chain == base and changed_from(other) == k
+
+
+def test_cells_of_every_shape_come_back_as_they_were() -> None:
+    """A slice's cells in columns where the derivation made them (one
+    point; several, their lo and hi the least and greatest value), kept as
+    they are otherwise (an int, a series of their own): each made again
+    equal, field by field and type by type, in its place."""
+    from findings.core.model import Point
+    from findings.derive.analysis import Cell
+
+    def point(i: int, series: tuple[float, ...] | None) -> Point:
+        return Point(id=f"r/{i}", run_id="r", campaign="c", config="a", workload="w", concurrency=1,
+                     metrics={}, source="runner", source_file=None, source_line=None, series=series)
+
+    flat = [point(0, (1.0, 2.0)), point(1, None), point(2, None), point(3, (3.0,)), point(4, None)]
+    where = {p.id: k for k, p in enumerate(flat)}
+    v, u = float("2.5"), float("4.5")
+    vals = (float("1.5"), float("3.5"))
+    cells_ = [
+        Cell("w", "c", 7, "a", 1, v, v, v, 1, ("r/0",), (v,), flat[0].series),  # one point, its own series
+        Cell("w", "c", 7, "a", 2, u, u, u, 1, ("r/1",), (u,), ()),  # one point, no series
+        Cell("w", "c", 7, "a", 4, 2.5, min(vals), max(vals), 2, ("r/1", "r/2"), vals),  # repeats
+        Cell("w", "c", 7, "b", 1, 3, 3, 3, 1, ("r/3",), (3,), (9.0,)),  # an int: kept as it is
+        Cell("w", "c", 7, "b", 2, u, u, u, 1, ("r/4",), (u,), (5.0, 6.0)),  # a series of its own
+        Cell("w", "c", 7, "b", 4, 2, 1, 3, 2, ("r/3", "r/4"), (1, 3)),  # ints, several points
+    ]
+    got = slices._encode("w", cells_, where, flat)
+    assert list(got[1]) == [1, 1, 2, 0, 1, 0]
+    back = slices._decode(got, "c", 7, flat)
+    assert back == cells_
+    assert [tuple(map(type, c)) for c in back] == [tuple(map(type, c)) for c in cells_]
+    assert [list(map(type, c.values)) for c in back] == [list(map(type, c.values)) for c in cells_]
+    assert back[0].series is flat[0].series and back[0].point_ids[0] is flat[0].id
+    assert back[2].lo is back[2].values[0] and back[2].hi is back[2].values[1]

@@ -48,9 +48,17 @@ Row = tuple[str, int, float, float, float, int, tuple[int, ...], tuple[float, ..
 #: behind at a million points).
 Ones = tuple[tuple[str, ...], "array[int]", "array[int]", "array[float]", "array[int]",
              tuple[tuple[int, tuple[float, ...]], ...]]
-#: A workload's cells in a slice: (workload, which of its cells are
-#: one-point ones, in order (1) or not (0), the one-point ones, the others).
-Cells = tuple[str, bytes, Ones, tuple[Row, ...]]
+#: The cells of several points (the repeats) in columns: (each cell's
+#: config as a place among the configs of ``Ones``, its concurrency, its
+#: mean, where its points start in the next two columns, its points'
+#: places, their values). Each cell's lo and hi are made again as the cells
+#: derived made them: the least and the greatest of its values.
+Many = tuple["array[int]", "array[int]", "array[float]", "array[int]", "array[int]", "array[float]"]
+#: A workload's cells in a slice: (workload, the kind of each of its cells
+#: in their order (1: one point, 2: several, in columns, 0: a ``Row``: a
+#: cell other than the derivation makes, kept as it is), the one-point
+#: ones, those of several points, the others).
+Cells = tuple[str, bytes, Ones, Many, tuple[Row, ...]]
 
 
 @dataclass(frozen=True)
@@ -215,11 +223,13 @@ def _encode(w: str, cs: Sequence[Cell], where: Mapping[str, int], flat: Sequence
     configs: dict[str, int] = {}
     codes, concs, values, places = array("q"), array("q"), array("d"), array("q")
     overrides: list[tuple[int, tuple[float, ...]]] = []
+    m_codes, m_concs, m_means, m_starts, m_places, m_values = (array("q"), array("q"), array("d"), array("q"),
+                                                                array("q"), array("d"))
     rows: list[Row] = []
     for cell in cs:
-        if (cell.n == 1 and type(cell.mean) is float and cell.lo is cell.mean and cell.hi is cell.mean
-                and type(cell.concurrency) is int and -2**63 <= cell.concurrency < 2**63
-                and type(cell.values) is tuple and len(cell.values) == 1 and cell.values[0] is cell.mean):
+        plain = (type(cell.mean) is float and type(cell.concurrency) is int and -2**63 <= cell.concurrency < 2**63
+                 and type(cell.values) is tuple and len(cell.values) == cell.n == len(cell.point_ids))
+        if plain and cell.n == 1 and cell.lo is cell.mean and cell.hi is cell.mean and cell.values[0] is cell.mean:
             k = where[cell.point_ids[0]]
             own = flat[k].series
             if not (cell.series is own or (own is None and cell.series == ())):
@@ -229,18 +239,29 @@ def _encode(w: str, cs: Sequence[Cell], where: Mapping[str, int], flat: Sequence
             concs.append(cell.concurrency)
             values.append(cell.mean)
             places.append(k)
+        elif (plain and cell.n > 1 and cell.series == () and all(type(v) is float for v in cell.values)
+              and cell.lo is min(cell.values) and cell.hi is max(cell.values)):
+            kinds.append(2)
+            m_codes.append(configs.setdefault(cell.config, len(configs)))
+            m_concs.append(cell.concurrency)
+            m_means.append(cell.mean)
+            m_starts.append(len(m_places))
+            m_places.extend(where[i] for i in cell.point_ids)
+            m_values.extend(cell.values)
         else:
             kinds.append(0)
             rows.append((cell.config, cell.concurrency, cell.mean, cell.lo, cell.hi, cell.n,
                          tuple(where[i] for i in cell.point_ids), cell.values, cell.series))
-    return w, bytes(kinds), (tuple(configs), codes, concs, values, places, tuple(overrides)), tuple(rows)
+    return (w, bytes(kinds), (tuple(configs), codes, concs, values, places, tuple(overrides)),
+            (m_codes, m_concs, m_means, m_starts, m_places, m_values), tuple(rows))
 
 
 def _decode(got: Cells, name: str, rank: int, flat: Sequence[Point]) -> list[Cell]:
     """A workload's cells of one campaign made again from its slice: each
     point's own id and series (``flat``: the points of the runs that hold
-    the campaign); the one-point cells with no Python step per cell."""
-    w, kinds, (configs, codes, concs, values, places, overrides), rows = got
+    the campaign), with no Python step per cell (but a ``Row``'s)."""
+    w, kinds, (configs, codes, concs, values, places, overrides), many, rows = got
+    m_codes, m_concs, m_means, m_starts, m_places, m_values = many
     new = tuple.__new__
     ps = list(map(flat.__getitem__, places))
     vs = values.tolist()
@@ -249,11 +270,21 @@ def _decode(got: Cells, name: str, rank: int, flat: Sequence[Point]) -> list[Cel
         series[i] = s
     ones = map(new, repeat(Cell), zip(repeat(w), repeat(name), repeat(rank), map(configs.__getitem__, codes),
                                        concs.tolist(), vs, vs, vs, repeat(1), zip(map(_ID, ps)), zip(vs), series))
+    cuts = list(map(slice, m_starts, [*m_starts[1:], len(m_places)]))
+    ids = list(map(_ID, map(flat.__getitem__, m_places)))
+    m_vs = m_values.tolist()
+    if len(ids) != len(m_vs):
+        raise ValueError("a slice's cells do not fit it")
+    groups = list(map(tuple, map(m_vs.__getitem__, cuts)))
+    several = map(new, repeat(Cell), zip(repeat(w), repeat(name), repeat(rank), map(configs.__getitem__, m_codes),
+                                          m_concs.tolist(), m_means.tolist(), map(min, groups), map(max, groups),
+                                          map(len, groups), map(tuple, map(ids.__getitem__, cuts)), groups,
+                                          repeat(())))
     others = (new(Cell, (w, name, rank, config, conc, mean, lo, hi, n, tuple([flat[k].id for k in at]), vals, ser))
               for config, conc, mean, lo, hi, n, at, vals, ser in rows)
-    out = list(map(next, map((others, ones).__getitem__, kinds)))  # in their order: 1 a one-point cell
-    if (len(out) != len(kinds) or len(vs) != sum(kinds) or next(ones, None) is not None
-            or next(others, None) is not None):
+    out = list(map(next, map((others, ones, several).__getitem__, kinds)))  # each in its place
+    if (len(out) != len(kinds) or len(vs) != kinds.count(1) or len(groups) != kinds.count(2)
+            or next(ones, None) is not None or next(several, None) is not None or next(others, None) is not None):
         raise ValueError("a slice's cells do not fit it")
     return out
 

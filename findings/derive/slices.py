@@ -33,11 +33,14 @@ VERSION = "1"
 _ID, _CAMPAIGN, _POINTS, _SERIES = (attrgetter(name) for name in ("id", "campaign", "points", "series"))
 
 
-#: A cell of several points as a slice keeps it: (config, concurrency,
-#: mean, lo, hi, n, its points' places, values, series). A point's place is
-#: among the points of the runs that hold the campaign, in order (what the
-#: slice's key holds), so a cell made again takes its points' own ids (and
-#: a one-point cell its point's own series), not copies of them.
+#: A point's place, in a slice, is among the points of the runs that hold
+#: the campaign, in order (what the slice's key holds): a cell made again
+#: takes its points' own ids (and a one-point cell its point's own series),
+#: not copies of them.
+#:
+#: A cell of another shape than the derivation makes (an int where a float
+#: is due, a series of its own), as a slice keeps it: (config, concurrency,
+#: mean, lo, hi, n, its points' places, values, series).
 Row = tuple[str, int, float, float, float, int, tuple[int, ...], tuple[float, ...], tuple[float, ...]]
 #: The one-point cells of a workload (83% of the perf stores' cells) in
 #: columns: (the configs, each cell's config as a place among them, its

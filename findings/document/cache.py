@@ -981,7 +981,7 @@ def get_slices(found: Scan, data: Dataset, rules: Rules) -> slices_mod.Slices | 
         if type(got) is not dict:
             continue  # a miss: derived again
         for key in live.intersection(keys):
-            piece = _decode_slice(got.pop(key, None))  # (its rows freed as it is decoded)
+            piece = _decode_slice(got.pop(key, None))
             if piece is not None:
                 known[key] = piece
     return slices_mod.Slices(keys=wanted, known=known)

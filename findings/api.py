@@ -83,9 +83,20 @@ def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derive
     data = rendercache.load(settings.store, found)
     # millions of new objects, no cycles: a third of the time at 100k points
     with store.quiet_gc(), rendercache.intervals(found, keep=False):
-        d = derive(data, settings.rules, slices=rendercache.get_slices(found, data, settings.rules))
-        rendercache.put_slices(found, d.slices)  # each campaign's flags, counts and cells (D174)
-        return d
+        return _derive(settings, found, data)
+
+
+def _derive(settings: Settings, found: rendercache.Scan, data: Dataset, **kwargs: Any) -> Derived:
+    """``derive``, each campaign's flags, counts and cells taken from the
+    render cache where it kept them, and those derived here kept (D174)."""
+    given = rendercache.get_slices(found, data, settings.rules)
+    d = derive(data, settings.rules, slices=given, **kwargs)
+    try:
+        rendercache.put_slices(found, given)
+    except BaseException:
+        d.close()
+        raise
+    return d
 
 
 @contextlib.contextmanager
@@ -98,10 +109,8 @@ def with_history(settings: Settings, found: rendercache.Scan | None = None) -> I
     data = rendercache.load(settings.store, found)
     with store.quiet_gc(), rendercache.intervals(found):
         cache = rendercache.get_history(found)  # (at a million points, 0.4 s less with the collector off)
-        d = derive(data, settings.rules, cache, aside=aside.forked,
-                   slices=rendercache.get_slices(found, data, settings.rules))
+        d = _derive(settings, found, data, history_cache=cache, aside=aside.forked)
         try:
-            rendercache.put_slices(found, d.slices)  # each campaign's flags, counts and cells (D174)
             yield d
         finally:
             d.close()

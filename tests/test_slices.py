@@ -60,6 +60,10 @@ def test_slices_kept_or_not_give_what_the_whole_derivation_gives(data: Dataset) 
     assert want[0] and len(want[2]) > 100  # points the gates flag, and cells
     keys = slices.keys(data, rules, _run_keys(data))
     assert keys is not None and set(keys) == {c.name for c in data.campaigns}
+    planned = slices.plan(data, rules, _run_keys(data))  # what the render cache fills
+    assert planned is not None and planned.keys == keys and planned.known == {} and planned.held is not None
+    _same(slices.derive(data, rules, planned), want)
+    assert {**planned.made, **planned.to_keep()}.keys() == set(keys.values())
     # None kept: derived whole, and cut into every campaign's slice.
     first = slices.Slices(keys=keys, known={})
     _same(slices.derive(data, rules, first), want)

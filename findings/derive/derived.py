@@ -113,9 +113,6 @@ class Derived:
     #: campaign -> its within-campaign comparisons, each derived once, when
     #: first asked for (a document shows its latest campaigns only).
     _comparisons: dict[str, dict[str, list[Comparison]]] = field(default_factory=dict, compare=False, repr=False)
-    #: each campaign's flags, counts and cells, as given and as derived here,
-    #: for the caller to keep (findings/derive/slices.py); None if not given.
-    slices: slices_mod.Slices | None = field(default=None, compare=False, repr=False)
 
     @property
     def history(self) -> tuple[Entry, ...]:
@@ -185,7 +182,8 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
     same either way; ``Derived.close()`` stops a replay never asked for.
     ``slices``: each campaign's gate flags, counts and cells kept before, by
     content (findings/derive/slices.py); those of the campaigns not there
-    are derived and added to it, and the result is the same."""
+    are derived and added to it (for the caller to keep), and the result is
+    the same."""
     gate_flags, every, valid = slices_mod.derive(data, rules, slices)
     found = regressions.analyse(data, rules, valid)
     # What the outputs read of every run, found before the replay may be
@@ -211,7 +209,6 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
             points=points,
             tuning=tuning_mod.tunings(data, done.cells, flags, rules.objective, tunes),
             families=families,
-            slices=slices,
         )
     except BaseException:
         history.close()

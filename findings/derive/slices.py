@@ -86,6 +86,9 @@ class Slices:
     keys: Mapping[str, str]  # campaign name -> its slice's key
     known: dict[str, Slice]
     made: dict[str, Slice] = field(default_factory=dict)
+    #: campaign name -> the places in ``data.runs`` of the runs that hold it,
+    #: as ``plan`` found them for the keys (None: found again by ``derive``)
+    held: Mapping[str, list[int]] | None = None
     #: slices derived but not cut yet, with how many points they hold (key
     #: -> slice, when called): where every campaign was derived in one
     #: pass, cutting it into slices is left to whoever keeps them (the
@@ -115,7 +118,18 @@ def keys(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> dict[str, str]
     are not known (a dataset not made by ``store.merge``)."""
     if len(run_keys) != len(data.runs) or (data.points and not data.facts):
         return None
+    return _keys(data, rules, run_keys, _held(data))
+
+
+def plan(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> Slices | None:
+    """``keys``, as the ``Slices`` to fill with those known (none yet), or None."""
+    if len(run_keys) != len(data.runs) or (data.points and not data.facts):
+        return None
     held = _held(data)
+    return Slices(keys=_keys(data, rules, run_keys, held), known={}, held=held)
+
+
+def _keys(data: Dataset, rules: Rules, run_keys: Sequence[str], held: Mapping[str, list[int]]) -> dict[str, str]:
     measured: dict[str, list[str]] = {}
     for config, campaign in data.facts:
         measured.setdefault(campaign, []).append(config)
@@ -157,7 +171,7 @@ def derive(data: Dataset, rules: Rules, given: Slices | None = None) -> Found:
     if given is None:
         flags, every = assess(data, rules.gates)
         return flags, every, cells(data, rules, flags)
-    held = _held(data)
+    held = given.held if given.held is not None else _held(data)
     known = given.known
     by_name = {name: known.pop(key) for name, key in given.keys.items() if key in known}
     known.clear()  # (what no campaign of this store has)

@@ -969,11 +969,11 @@ def get_slices(found: Scan, data: Dataset, rules: Rules) -> slices_mod.Slices | 
     if folder_ is None:
         return None
     _settle_slices()  # the index as the command before left it
-    wanted = slices_mod.keys(data, rules, found.run_keys)
-    if wanted is None:
+    given = slices_mod.plan(data, rules, found.run_keys)
+    if given is None:
         return None
-    live = set(wanted.values())
-    known: dict[str, slices_mod.Slice] = {}
+    live = set(given.keys.values())
+    known = given.known
     for segment, keys in _slices_index(folder_).items():
         if live.isdisjoint(keys):
             continue
@@ -984,7 +984,7 @@ def get_slices(found: Scan, data: Dataset, rules: Rules) -> slices_mod.Slices | 
             piece = _decode_slice(got.pop(key, None))
             if piece is not None:
                 known[key] = piece
-    return slices_mod.Slices(keys=wanted, known=known)
+    return given
 
 
 def put_slices(found: Scan, given: slices_mod.Slices | None) -> None:

@@ -88,11 +88,14 @@ def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derive
 
 def _derive(settings: Settings, found: rendercache.Scan, data: Dataset, **kwargs: Any) -> Derived:
     """``derive``, each campaign's flags, counts and cells taken from the
-    render cache where it kept them, and those derived here kept (D174)."""
+    render cache where it kept them, and those derived here kept (D174);
+    likewise the moves, resumed from those kept (D175)."""
     given = rendercache.get_slices(found, data, settings.rules)
-    d = derive(data, settings.rules, slices=given, **kwargs)
+    moves = rendercache.get_moves(found)
+    d = derive(data, settings.rules, slices=given, moves_cache=moves, **kwargs)
     try:
         rendercache.put_slices(found, given)
+        rendercache.put_moves(found, moves)
     except BaseException:
         d.close()
         raise

@@ -172,7 +172,8 @@ class Derived:
 
 
 def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = None,
-           aside: Aside | None = None, slices: slices_mod.Slices | None = None) -> Derived:
+           aside: Aside | None = None, slices: slices_mod.Slices | None = None,
+           moves_cache: regressions.MovesCache | None = None) -> Derived:
     """Everything the outputs need, once. ``history_cache``: the replay's
     per-campaign-prefix cache (findings/derive/history.py), which changes
     only how fast the history is found, never what it is. The history is
@@ -183,9 +184,11 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
     ``slices``: each campaign's gate flags, counts and cells kept before, by
     content (findings/derive/slices.py); those of the campaigns not there
     are derived and added to it (for the caller to keep), and the result is
-    the same."""
+    the same. ``moves_cache``: the moves kept before, resumed from where the
+    campaigns' slices say what changed since (regressions.analyse_kept);
+    what to keep from this command is set in it."""
     gate_flags, every, valid = slices_mod.derive(data, rules, slices)
-    found = regressions.analyse(data, rules, valid)
+    found = regressions.analyse_kept(data, rules, valid, slices.keys if slices is not None else None, moves_cache)
     # What the outputs read of every run, found before the replay may be
     # forked: a pass over every run after it copies each page it touches (D173).
     tunes = tuning_mod.tune_campaigns(data)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import hashlib
 import itertools
 import math
 import operator
@@ -336,6 +337,132 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
     if steps is None:
         return _moves_pairwise(cells_, facts_of, rules)
     return _moves_stepped(cells_, steps, facts_of, rules)
+
+
+#: Bump when what ``MovesKept`` holds, or how its chain is made, changes.
+MOVES_VERSION = "1"
+
+#: A series of moves: (workload, config).
+Series = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class MovesKept:
+    """Every move of a store, kept between commands so that the next one
+    resumes from them (D175): after a new campaign, only the moves it can
+    change are found again."""
+
+    #: One link per campaign, in rank order (``moves_chain``).
+    chain: tuple[str, ...]
+    #: ``moves`` of the store, in its order.
+    moves: tuple[Move, ...]
+    #: Each series' groups: the ranks of the campaigns where it has a cell
+    #: of some throughput (what stats.step_pairs pairs), ascending.
+    groups: Mapping[Series, tuple[int, ...]]
+
+
+def moves_chain(rules: Rules, configs: Mapping[str, Mapping[str, Scalar]], keys: Sequence[str]) -> tuple[str, ...]:
+    """The links ``MovesKept.chain`` holds: link k hashes link k - 1 and
+    campaign k's key (``keys``, one per campaign in rank order, a key that
+    changes with the campaign's cells, its rank, and its configs' facts:
+    findings/derive/slices.py), the first the rules and every config's
+    latest facts (``Dataset.facts_of`` falls back to them)."""
+    head = hashlib.sha256(repr((MOVES_VERSION, rules, sorted(
+        (k, sorted(v.items(), key=repr)) for k, v in configs.items()))).encode()).hexdigest()
+    out = []
+    for key in keys:
+        head = hashlib.sha256(f"{head}|{key}".encode()).hexdigest()
+        out.append(head)
+    return tuple(out)
+
+
+def moves_kept(all_cells: list[Cell], facts_of: Callable[[str, str], Mapping[str, Scalar]], rules: Rules,
+               chain: tuple[str, ...] | None, kept: MovesKept | None) -> tuple[list[Move], MovesKept | None]:
+    """``moves``, resumed from ``kept`` (the moves of an earlier state of the
+    store) where its chain shares a prefix with ``chain`` (this store's),
+    and what to keep for the next command (None: nothing to keep). The
+    moves are the same either way (tests/test_moves_kept.py).
+
+    Campaigns up to the first link that differs (rank K) have the same
+    cells. A move there depends on its series' group before it, its own
+    and the one after (``_moves_stepped``: its later group). So a kept move
+    stands where its group and the one after it are before K, and every
+    move of a series with no group from K on, in either state, stands. For
+    the other series, the moves from the last group before K (L) on are
+    found again from the cells of L's group before (L - 1), L's, and those
+    from K on: the walk starts at L - 1 as it did, unless the move at L - 1
+    was suspect (the walk then set L against a level before L - 1), where
+    every move is found again, as it is when a series' values are not all
+    finite."""
+    if kept is not None and chain is not None:
+        got = _resume(all_cells, facts_of, rules, chain, kept)
+        if got is not None:
+            return got
+    steps = _steps(all_cells, rules.noise_floor) if all_cells else None
+    if steps is None:
+        return _moves_pairwise(all_cells, facts_of, rules), None
+    found = _moves_stepped(all_cells, steps, facts_of, rules)
+    if chain is None:
+        return found, None
+    return found, MovesKept(chain, tuple(found), {s: tuple(rs) for s, rs in _groups(all_cells, steps).items()})
+
+
+def _groups(cells_: list[Cell], steps: Steps, since: int = 0) -> dict[Series, list[int]]:
+    """Each series' groups (their ranks, ascending) in ``steps``, from rank ``since`` on."""
+    out: dict[Series, list[int]] = {}
+    order, starts = steps.order, steps.starts
+    for g in range(len(steps.series)):
+        head = cells_[order[starts[g]]]
+        if head.rank >= since:
+            out.setdefault((head.workload, head.config), []).append(head.rank)
+    return out
+
+
+def _resume(cells_: list[Cell], facts_of: Callable[[str, str], Mapping[str, Scalar]], rules: Rules,
+            chain: tuple[str, ...], kept: MovesKept) -> tuple[list[Move], MovesKept] | None:
+    """``moves_kept`` from ``kept``, or None where it cannot be resumed."""
+    old = kept.chain
+    k, most = 0, min(len(old), len(chain))
+    while k < most and old[k] == chain[k]:
+        k += 1
+    if k == 0:
+        return None
+    if k == len(old) == len(chain):
+        return list(kept.moves), kept
+    ranks = list(map(_RANK, cells_))
+    newer = list(itertools.compress(cells_, map(k.__le__, ranks)))
+    affected = {s for s, rs in kept.groups.items() if rs and rs[-1] >= k}
+    affected.update(zip(map(_WORKLOAD, newer), map(_CONFIG, newer)))
+    suspect = {(m.workload, m.config, m.rank) for m in kept.moves if m.kind == SUSPECT}
+    restart: dict[Series, tuple[int, ...]] = {}  # series -> its groups L - 1 and L (those it has)
+    for s in affected:
+        rs = kept.groups.get(s, ())
+        tail = tuple(rs[max(0, bisect.bisect_left(rs, k) - 2):bisect.bisect_left(rs, k)])
+        if len(tail) == 2 and (s[0], s[1], tail[0]) in suspect:
+            return None
+        restart[s] = tail
+    wanted = set(itertools.chain.from_iterable(restart.values()))
+    again = [c for c in itertools.compress(cells_, map(wanted.__contains__, ranks))
+             if c.rank in restart.get((c.workload, c.config), ())]
+    again.extend(newer)
+    steps = _steps(again, rules.noise_floor) if again else None
+    if again and steps is None:
+        return None
+    found = _moves_stepped(again, steps, facts_of, rules) if steps is not None else []
+    stands = [m for m in kept.moves if m.rank < k and ((m.workload, m.config) not in affected
+                                                       or (m.next_rank is not None and m.next_rank < k))]
+    out = sorted(stands + found, key=_SERIES_RANK)
+    groups = {s: rs for s, rs in kept.groups.items() if s not in affected}
+    later = _groups(again, steps, k) if steps is not None else {}
+    for s in affected:
+        rs = kept.groups.get(s, ())
+        mine = (*rs[:bisect.bisect_left(rs, k)], *later.get(s, ()))
+        if mine:
+            groups[s] = mine
+    return out, MovesKept(chain, tuple(out), groups)
+
+
+_SERIES_RANK = operator.attrgetter("workload", "config", "rank")
 
 
 _WORKLOAD, _CONFIG, _RANK, _CONC, _MEAN, _LO, _HI, _N = (
@@ -635,6 +762,29 @@ def c_range(cs: Sequence[int], of: int) -> str:
 def analyse(data: Dataset, rules: Rules, all_cells: list[Cell]) -> list[Move]:
     """Every move in ``data`` (its valid cells ``all_cells``)."""
     return moves(all_cells, data.facts_of, rules)
+
+
+@dataclass
+class MovesCache:
+    """The moves kept by the last command (``kept``, the caller's to give)
+    and those to keep from this one (``made``, set by ``analyse_kept``), for
+    the caller to keep between commands (the render cache). What it holds
+    never changes the moves found."""
+
+    kept: MovesKept | None = None
+    made: MovesKept | None = None
+
+
+def analyse_kept(data: Dataset, rules: Rules, all_cells: list[Cell], keys: Mapping[str, str] | None,
+                 cache: MovesCache | None) -> list[Move]:
+    """``analyse``, resumed from ``cache.kept`` (``moves_kept``) where the
+    campaigns' keys are known (``keys``: campaign name -> the key of its
+    slice, findings/derive/slices.py), with what to keep set in ``cache.made``."""
+    if cache is None or keys is None or any(c.name not in keys for c in data.campaigns):
+        return analyse(data, rules, all_cells)
+    chain = moves_chain(rules, data.configs, [keys[c.name] for c in data.campaigns])
+    found, cache.made = moves_kept(all_cells, data.facts_of, rules, chain, cache.kept)
+    return found
 
 
 def tables(data: Dataset, rules: Rules, all_cells: list[Cell],

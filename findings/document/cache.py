@@ -55,7 +55,7 @@ from findings.core import aside, diskio, jsonfast
 from findings.document import columns
 from findings import store as store_mod
 from findings.derive.analysis import Rules, point_series
-from findings.derive import slices as slices_mod, stats
+from findings.derive import regressions, slices as slices_mod, stats
 from findings.derive.history import HistoryCache
 from findings.derive.validity import records_counted
 from findings.core.model import Dataset, Point, Run
@@ -358,6 +358,8 @@ KEEP_ASIDE_POINTS = 20_000
 _KEEPING: list[aside.Pending] = []
 #: The campaigns' slices being written aside (``put_slices``), likewise.
 _SLICE_WRITERS: list[aside.Pending] = []
+#: The moves being written aside (``put_moves``), likewise.
+_MOVES_WRITERS: list[aside.Pending] = []
 
 
 def settle() -> None:
@@ -368,6 +370,7 @@ def settle() -> None:
     while _KEEPING:
         _KEEPING.pop(0).result()
     _settle_slices()
+    _settle_moves()
 
 
 def _settle_slices() -> None:
@@ -929,6 +932,63 @@ KEEP_SLICES_ASIDE_POINTS = 20_000
 #: slice is written again as one segment (so is a store whose segments hold
 #: more dead slices than live ones).
 MAX_SLICE_SEGMENTS = 8
+
+
+#: From this many moves on, they are written aside (D168's writer): at a
+#: million points, 65k moves took 0.3 s to pickle.
+KEEP_MOVES_ASIDE = 20_000
+
+
+def _settle_moves() -> None:
+    """Waits until the moves written aside are written (``put_moves``)."""
+    while _MOVES_WRITERS:
+        _MOVES_WRITERS.pop(0).result()
+
+
+def _moves_path(found: Scan) -> Path | None:
+    if found.cache is None:
+        return None
+    return found.cache / "moves" / f"{_store_id(found.store)}.pickle"
+
+
+def get_moves(found: Scan) -> regressions.MovesCache | None:
+    """The moves the last command kept for this store, to resume from
+    (regressions.moves_kept: only where their chain says which campaigns
+    are the same), in a MovesCache with none where missing, damaged or of
+    other code; None without a cache."""
+    path = _moves_path(found)
+    if path is None:
+        return None
+    _settle_moves()  # as the command before left it
+    value = _read_pickle(path)
+    ok = (type(value) is tuple and len(value) == 2 and value[0] == code_fingerprint()
+          and type(kept := value[1]) is regressions.MovesKept and type(kept.chain) is tuple
+          and type(kept.moves) is tuple and type(kept.groups) is dict)
+    return regressions.MovesCache(kept=value[1] if ok else None)
+
+
+def put_moves(found: Scan, cache: regressions.MovesCache | None) -> None:
+    """Keeps the moves this command found (``cache.made``) where they are
+    not those it was given: aside when there are many (``KEEP_MOVES_ASIDE``)."""
+    path = _moves_path(found)
+    if path is None or cache is None or cache.made is None or cache.made is cache.kept:
+        return
+    _settle_moves()  # two writers never overlap
+    job = functools.partial(_write_moves, path, cache.made)
+    if len(cache.made.moves) >= KEEP_MOVES_ASIDE:
+        _MOVES_WRITERS.append(aside.forked(job))
+    else:
+        job()
+
+
+def _write_moves(path: Path, kept: regressions.MovesKept) -> None:
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        blob = pickle.dumps((code_fingerprint(), kept), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # a fact that does not pickle: found again next time
+        return
+    _write(path, blob)
 
 
 def _slices_folder(found: Scan) -> Path | None:

@@ -597,7 +597,7 @@ def plan(data: Dataset, conclusions: Conclusions, *, workload: str | None = None
     for environment, _ in data.environments:
         env.update(environment)
     if points is None:
-        points = {p.id: p for p in data.points}
+        points = data.points_by_id
     out = []
     chosen = tuple(engines)
     for wc in conclusions.workloads:

@@ -199,7 +199,7 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
         done = regressions.conclude_with_steps(data, rules, valid, found)
         flags = {**gate_flags, **done.suspect_flags}
         spec = caveats.speculative_configs(data.configs, data.points)
-        points = {p.id: p for p in data.points}
+        points = data.points_by_id
         families = categories.families(data.points)
         return Derived(
             data=data, rules=rules, flags=flags, concluded=done,

@@ -401,7 +401,7 @@ def conclude(data: Dataset, rules: Rules, flags: Mapping[str, tuple[str, ...]], 
     if spec is None:
         spec = caveats.speculative_configs(data.configs, data.points)
     if points is None:
-        points = {p.id: p for p in data.points}
+        points = data.points_by_id
     by: dict[str, list[Point]] = {}
     for p in data.points:
         if open_loop(p) is None or p.id in flags:

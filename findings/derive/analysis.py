@@ -395,6 +395,7 @@ def _mean(values: tuple[float, ...]) -> float:
 
 
 _RANK = operator.attrgetter("rank")
+_CAMPAIGN_OF, _MEAN_OF = operator.attrgetter("campaign"), operator.attrgetter("mean")
 
 
 class Table:
@@ -507,7 +508,7 @@ class Table:
                 groups[key] = [cell]
             else:
                 found.append(cell)
-        by_key = {key: {c.campaign: c for c in cs} for key, cs in groups.items()}
+        by_key = {key: dict(zip(map(_CAMPAIGN_OF, cs), cs)) for key, cs in groups.items()}
         if any(len(by_key[key]) != len(cs) for key, cs in groups.items()):
             return False
         self.by_key = by_key
@@ -517,7 +518,7 @@ class Table:
         self._ranked = {key: (list(map(_RANK, cs)), cs) for key, cs in groups.items()}
         window = self.rules.drift_window or None
         base = self.rules.baseline
-        self._base = {conc: collections.deque(((c.rank, c.mean) for c in cs), maxlen=window)
+        self._base = {conc: collections.deque(zip(map(_RANK, cs), map(_MEAN_OF, cs)), maxlen=window)
                       for (config, conc), cs in groups.items() if config == base}
         self.configs = tuple(sorted({k[0] for k in by_key}, key=self.config_order))
         self.concurrencies = tuple(sorted({k[1] for k in by_key}))

@@ -189,3 +189,43 @@ def test_a_render_after_a_new_campaign_resumes_the_moves_and_the_document_is_the
     shutil.rmtree(render_cache / "documents")  # (else the document itself is kept)
     assert _render(tmp_path, *args) == doc
     assert sizes == [every]
+
+
+def test_a_replay_resumed_for_the_last_campaign_alone_builds_no_table_and_says_the_same(
+        tmp_path: Path, render_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The history resumed for the last campaign takes the tables of the
+    workloads it measured from the conclusions' (D175), and builds none from
+    every cell again; with two campaigns new it builds them as before. The
+    documents equal those rendered without the cache (a whole replay)."""
+    from findings.derive import history
+
+    built: list[str] = []
+    real = history.Table
+
+    def counted(cells_: Any, *args: Any, **kwargs: Any) -> Any:
+        built.append("table")
+        return real(cells_, *args, **kwargs)
+
+    monkeypatch.setattr(history, "Table", counted)
+    full, store, args, tags = _store_by_campaign(tmp_path)
+    _add(full, store, tags[:-2])
+    _render(tmp_path, *args)
+    _add(full, store, tags[-2:-1])
+    built.clear()
+    doc = _render(tmp_path, *args)
+    assert built == []
+    with cache_off():
+        assert _render(tmp_path, *args) == doc
+    assert built  # a whole replay builds its tables
+
+    shutil.rmtree(render_cache)
+    for p in (store / "runs").iterdir():  # back to all but the last two campaigns
+        if p.name.split("-")[1] in tags[-2:]:
+            p.unlink()
+    _render(tmp_path, *args)
+    _add(full, store, tags[-2:])  # two campaigns new
+    built.clear()
+    doc = _render(tmp_path, *args)
+    assert built  # resumed for two campaigns: each workload's table built from its cells before them
+    with cache_off():
+        assert _render(tmp_path, *args) == doc

@@ -193,10 +193,12 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
     # forked: a pass over every run after it copies each page it touches (D173).
     tunes = tuning_mod.tune_campaigns(data)
     data.read_runs()
+    final: dict[str, Table] = {}  # (filled below, before the history is read: D175)
     history = History(begin(data, rules, regressions.without_suspects(valid, found), found, cache=history_cache,
-                            aside=aside, cell_keys=slices.keys if slices is not None else None))
+                            aside=aside, cell_keys=slices.keys if slices is not None else None, final=final))
     try:
         done = regressions.conclude_with_steps(data, rules, valid, found)
+        final.update(done.tables)
         flags = {**gate_flags, **done.suspect_flags}
         spec = caveats.speculative_configs(data.configs, data.points)
         points = data.points_by_id

@@ -8,6 +8,7 @@ behind it, is that campaign's entry. Pure: no I/O.
 from __future__ import annotations
 
 import bisect
+import copy
 import functools
 import hashlib
 import marshal
@@ -340,7 +341,7 @@ class Replay:
 def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
           found: list[regressions.Move] | None = None, cache: HistoryCache | None = None,
           on_step: Callable[[Campaign, Conclusions], None] | None = None, aside: Aside | None = None,
-          cell_keys: Mapping[str, str] | None = None) -> Replay:
+          cell_keys: Mapping[str, str] | None = None, final: Mapping[str, Table] | None = None) -> Replay:
     """``replay``, begun. Without ``aside`` it is all done when the result is
     asked for (never, if it is not). With ``aside`` (findings/core/aside.py),
     a replay of a large store
@@ -357,10 +358,15 @@ def begin(data: Dataset, rules: Rules, all_cells: list[Cell] | None = None,
     findings/derive/slices.py), when ``all_cells`` are those cells less the
     suspect moves' (as ``derive`` gives them): the chain then hashes each
     campaign's key and its suspect (workload, config) pairs, not its cells
-    (D174)."""
+    (D174). ``final``: the step-aware tables of ``all_cells`` (each
+    workload's table with the baseline's steps as known after the last
+    campaign), which the caller may fill once it has them, before the
+    result is asked for: a replay here that resumes for the last campaign
+    alone takes the tables of the workloads it measured from them, rather
+    than building each from every cell again (D175)."""
     if aside is None or on_step is not None:
-        return Replay(lambda: _Job(data, rules, all_cells, found, cache, on_step, cell_keys).finish())
-    job = _Job(data, rules, all_cells, found, cache, on_step, cell_keys)
+        return Replay(lambda: _Job(data, rules, all_cells, found, cache, on_step, cell_keys, final).finish())
+    job = _Job(data, rules, all_cells, found, cache, on_step, cell_keys, final)
     if job.cells < ASIDE_CELLS:
         return Replay(job.finish)
     if job.resume and job.new_cells < ASIDE_CELLS:  # (resume: the chain hashed here)
@@ -438,7 +444,8 @@ class _Job:
     def __init__(self, data: Dataset, rules: Rules, all_cells: list[Cell] | None,
                  found: list[regressions.Move] | None, cache: HistoryCache | None,
                  on_step: Callable[[Campaign, Conclusions], None] | None,
-                 cell_keys: Mapping[str, str] | None = None) -> None:
+                 cell_keys: Mapping[str, str] | None = None, final: Mapping[str, Table] | None = None) -> None:
+        self.final = final
         if all_cells is None:
             all_cells = cells(data, rules)
         if found is None:
@@ -508,7 +515,7 @@ class _Job:
     def run(self) -> tuple[list[Entry], _Concluded]:
         """The entries, and each workload's state at the end."""
         return _run(self.data, self.rules, self.by_rank, self.breaks_at, self.cache if self.resume else None,
-                    self.on_step)
+                    self.on_step, final=self.final)
 
     def run_part(self, start: int, claim: Callable[[int], bool] | None = None) -> tuple[list[Entry], _Concluded]:
         """``run`` of the campaigns from ``start`` (by rank) up to the first
@@ -563,7 +570,8 @@ class _Job:
 def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
          breaks_at: Callable[[int], Mapping[str, Mapping[int, frozenset[int]]]], cache: HistoryCache | None,
          on_step: Callable[[Campaign, Conclusions], None] | None, start: int = 0,
-         claim: Callable[[int], bool] | None = None) -> tuple[list[Entry], _Concluded]:
+         claim: Callable[[int], bool] | None = None,
+         final: Mapping[str, Table] | None = None) -> tuple[list[Entry], _Concluded]:
     """The replay of the cells ``by_rank``, resumed from ``cache`` when
     given (a replay of every workload): its entries and each workload's
     state at the end.
@@ -573,8 +581,10 @@ def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
     refuses (the part aside of a split, D155): from ``start`` on, each workload's
     state before it found again from its cells (``_state_before``), as a
     replay from the first campaign would have left it (the history split,
-    D154)."""
+    D154). ``final`` (``begin``): where it resumes for the last campaign
+    alone, the tables of the workloads that campaign measured."""
     tables: dict[str, Table] = {}
+    last_only = False
     concluded: dict[str, WorkloadConclusion] = {}
     last_rank: dict[str, int] = {}
     entries: list[Entry] = []
@@ -586,10 +596,17 @@ def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
         # as it stood then.
         start = len(cache.chain)
         entries = list(cache.entries)
-        mine = _by_workload(by_rank, start)
+        # Only the last campaign new, and the tables of every cell known:
+        # each table it needs is that of every cell (a copy of it, for the
+        # verdicts only), as the cells up to it plus its own would make it,
+        # and the other workloads need none (D175).
+        last_only = (final is not None and start == len(data.campaigns) - 1
+                     and all(cell.workload in final for cell in by_rank.get(start, ())))
+        mine = {} if last_only else _by_workload(by_rank, start)
         for workload, (wc, rank) in cache.concluded.items():
-            tables[workload] = Table(mine.get(workload, []), rules, verdicts_only=True,
-                                     breaks=breaks_at(rank).get(workload))
+            if not last_only:
+                tables[workload] = Table(mine.get(workload, []), rules, verdicts_only=True,
+                                         breaks=breaks_at(rank).get(workload))
             concluded[workload] = wc
             last_rank[workload] = rank
         previous = dict(concluded)
@@ -605,7 +622,11 @@ def _run(data: Dataset, rules: Rules, by_rank: Mapping[int, list[Cell]],
         for cell in by_rank.get(rank, []):
             new.setdefault(cell.workload, []).append(cell)
         for workload, added in new.items():
-            if workload in tables:
+            if last_only and final is not None:
+                view = tables[workload] = copy.copy(final[workload])  # (its dicts shared: only read, or memos)
+                view.verdicts_only = True
+                view.set_breaks(breaks.get(workload, {}))
+            elif workload in tables:
                 tables[workload].set_breaks(breaks.get(workload, {}))
                 tables[workload].add(added)
             else:

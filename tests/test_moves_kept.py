@@ -229,3 +229,30 @@ def test_a_replay_resumed_for_the_last_campaign_alone_builds_no_table_and_says_t
     assert built  # resumed for two campaigns: each workload's table built from its cells before them
     with cache_off():
         assert _render(tmp_path, *args) == doc
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_first_flip_at_one_c_is_flips_at_that_c(seed: int) -> None:
+    """``Candidate.flip_at`` (what the plan reads, D175) equals
+    ``flips().get(c)`` at every C, with the cross-checks not made yet and
+    made (the two ways ``flips`` finds them)."""
+    from test_scaling import synthetic
+
+    from findings.derive.analysis import CrossChecks, cells, conclude_table, workload_tables
+
+    data = synthetic(seed, campaigns=14)
+    rules = Rules(resamples=200, noise_floor=0.01)
+    found = 0
+    for workload, table in workload_tables(cells(data, rules), rules).items():
+        for made in (False, True):
+            for cand in conclude_table(workload, table).candidates:
+                assert isinstance(cand.cross, CrossChecks) and cand.cross._made is None
+                if made:
+                    cand.cross.made()
+                want = cand.flips()
+                for comp in cand.comparisons:
+                    assert cand.flip_at(comp.concurrency) == want.get(comp.concurrency)
+                    found += want.get(comp.concurrency) is not None
+                assert cand.flip_at(10_000) is None
+    if seed == 0:
+        assert found  # (some seeds flip)

@@ -196,7 +196,6 @@ def _undecided(cand: Candidate, table: Table, rules: Rules, spread: _Spread) -> 
     concs: list[int] = []
     why: list[str] = []
     repeats = 2
-    flips = cand.flips()  # the cross-checks grow with the campaigns: the first flip at each C
     for comp in cand.comparisons:
         reason = None
         margin = abs(abs(comp.delta) - comp.band)
@@ -212,8 +211,9 @@ def _undecided(cand: Candidate, table: Table, rules: Rules, spread: _Spread) -> 
         elif comp.verdict != TIE and comp.ci is None and abs(comp.delta) < 1.5 * comp.band:
             reason = (f"C={comp.concurrency} {comp.verdict} at {comp.delta * 100:+.1f}%, within half a band of "
                       f"the edge (±{comp.band * 100:.1f}%), with no interval")
-        elif comp.concurrency in flips:
-            own, x = flips[comp.concurrency]
+        elif (flip := cand.flip_at(comp.concurrency)) is not None:
+            # (the cross-checks grow with the campaigns: made only for the Cs no reason above took)
+            own, x = flip
             reason = (f"C={comp.concurrency} {own.verdict} becomes a {x.verdict} against the baseline of "
                       f"{x.b.campaign}")
             margin = abs(abs(x.delta) - x.band)

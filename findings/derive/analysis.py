@@ -239,6 +239,25 @@ class Candidate:
             for x in cross:
                 yield x.concurrency, x.b.campaign, x.ratio
 
+    def flip_at(self, conc: int) -> tuple[Comparison, Comparison] | None:
+        """``flips().get(conc)``: the first flip at that C alone (the
+        cross-checks at the other Cs not made)."""
+        own = next((c for c in self.comparisons if c.concurrency == conc), None)
+        if own is None:
+            return None
+        cross = self.cross
+        if isinstance(cross, CrossChecks) and cross._made is None:
+            for comp in cross._comps:
+                if comp.concurrency == conc:
+                    x = next(cross._table._cross(comp, unlike=own.verdict), None)
+                    if x is not None:
+                        return own, x
+            return None
+        for x in cross:
+            if x.concurrency == conc and x.verdict != own.verdict:
+                return own, x
+        return None
+
     def flips(self) -> dict[int, tuple[Comparison, Comparison]]:
         """C -> (the candidate's comparison there, the first cross-check at that
         C whose verdict differs from it), where one does."""

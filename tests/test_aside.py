@@ -207,9 +207,9 @@ def test_the_history_is_replayed_once_and_only_when_asked_for(monkeypatch: pytes
     runs: list[int] = []
     real = history._run
 
-    def counted(*args: Any) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
         runs.append(1)
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(history, "_run", counted)
     data = synthetic(2, campaigns=10)
@@ -223,7 +223,7 @@ def test_the_history_is_replayed_once_and_only_when_asked_for(monkeypatch: pytes
 
 def test_close_stops_a_replay_aside_never_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(history, "ASIDE_CELLS", 1)
-    monkeypatch.setattr(history, "_run", lambda *args: time.sleep(120))
+    monkeypatch.setattr(history, "_run", lambda *args, **kwargs: time.sleep(120))
     d = derive(synthetic(2, campaigns=6), Rules(resamples=200), aside=aside.forked)
     pids = [p._proc.pid for p in d.replayed._replay._aside]  # type: ignore[union-attr]
     assert len(pids) == 1 and not any(map(_gone, pids))

@@ -100,5 +100,5 @@ def test_derive_finds_what_every_run_gives_before_the_replay_begins(tmp_path: Pa
 
     monkeypatch.setattr(derived_mod, "begin", begin)
     d = derived_mod.derive(data, Rules(baseline="baseline", noise_floor=0.04))
-    assert seen and {"runs_by_id", "environments", "from_matrix"} <= seen[0]
+    assert seen and {"runs_by_id", "environments", "from_matrix", "points_by_id"} <= seen[0]
     assert d.data.runs_by_id == {r.run_id: r for r in data.runs}

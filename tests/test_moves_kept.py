@@ -232,10 +232,13 @@ def test_a_replay_resumed_for_the_last_campaign_alone_builds_no_table_and_says_t
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_the_first_flip_at_one_c_is_flips_at_that_c(seed: int) -> None:
-    """``Candidate.flip_at`` (what the plan reads, D175) equals
-    ``flips().get(c)`` at every C, with the cross-checks not made yet and
-    made (the two ways ``flips`` finds them)."""
+def test_the_first_flip_at_one_c_is_the_first_cross_check_unlike_it(seed: int) -> None:
+    """``Candidate.flip_at`` (what the plan reads, D175) is, at every C,
+    the first of every cross-check made at that C whose verdict differs
+    from the candidate's there, with the cross-checks not made yet (made
+    at that C alone) and made."""
+    import dataclasses
+
     from test_scaling import synthetic
 
     from findings.derive.analysis import CrossChecks, cells, conclude_table, workload_tables
@@ -247,9 +250,15 @@ def test_the_first_flip_at_one_c_is_flips_at_that_c(seed: int) -> None:
         for made in (False, True):
             for cand in conclude_table(workload, table).candidates:
                 assert isinstance(cand.cross, CrossChecks) and cand.cross._made is None
-                if made:
-                    cand.cross.made()
-                want = cand.flips()
+                want: dict[int, Any] = {}
+                own_at = {c.concurrency: c for c in reversed(cand.comparisons)}  # (the first at each C)
+                for x in cand.cross.made():  # (every cross-check, in order; the made path reads these)
+                    own = own_at.get(x.concurrency)
+                    if own is not None and x.concurrency not in want and x.verdict != own.verdict:
+                        want[x.concurrency] = (own, x)
+                if not made:
+                    cand = dataclasses.replace(cand, cross=CrossChecks(table, cand.comparisons))
+                    assert cand.cross._made is None
                 for comp in cand.comparisons:
                     assert cand.flip_at(comp.concurrency) == want.get(comp.concurrency)
                     found += want.get(comp.concurrency) is not None

@@ -145,7 +145,7 @@ class CrossChecks(Sequence[Comparison]):
     at that C (``Table.cross_of``), made when first read (D132). A store of
     years holds hundreds of thousands of them; a render reads those of the
     campaigns it shows (``Candidate.cross_in``) and the first flip at each C
-    (``Candidate.flips``), ``conclusions --json`` their ratios
+    (``Candidate.flip_at``), ``conclusions --json`` their ratios
     (``Candidate.cross_ratios``). Equal to the tuple of them; the table it
     reads is never changed after the conclusion is made."""
 
@@ -240,8 +240,9 @@ class Candidate:
                 yield x.concurrency, x.b.campaign, x.ratio
 
     def flip_at(self, conc: int) -> tuple[Comparison, Comparison] | None:
-        """``flips().get(conc)``: the first flip at that C alone (the
-        cross-checks at the other Cs not made)."""
+        """(the candidate's comparison at that C, the first of its cross-checks
+        there whose verdict differs from it), or None: made at that C alone
+        (the cross-checks at the other Cs are not made)."""
         own = next((c for c in self.comparisons if c.concurrency == conc), None)
         if own is None:
             return None
@@ -257,29 +258,6 @@ class Candidate:
             if x.concurrency == conc and x.verdict != own.verdict:
                 return own, x
         return None
-
-    def flips(self) -> dict[int, tuple[Comparison, Comparison]]:
-        """C -> (the candidate's comparison there, the first cross-check at that
-        C whose verdict differs from it), where one does."""
-        own_at: dict[int, Comparison] = {}
-        for c in self.comparisons:
-            own_at.setdefault(c.concurrency, c)
-        out: dict[int, tuple[Comparison, Comparison]] = {}
-        cross = self.cross
-        if isinstance(cross, CrossChecks) and cross._made is None:
-            for comp in cross._comps:
-                own = own_at.get(comp.concurrency)
-                if own is None or comp.concurrency in out:
-                    continue
-                x = next(cross._table._cross(comp, unlike=own.verdict), None)
-                if x is not None:
-                    out[comp.concurrency] = (own, x)
-            return out
-        for x in cross:
-            own = own_at.get(x.concurrency)
-            if own is not None and x.concurrency not in out and x.verdict != own.verdict:
-                out[x.concurrency] = (own, x)
-        return out
 
     @functools.cached_property
     def verdicts(self) -> Mapping[int, str]:

@@ -333,10 +333,7 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
     level before it). ``_moves_pairwise`` is the same, pair by pair: what
     non-finite values take, and what the tests hold this to."""
     cells_ = all_cells if isinstance(all_cells, list) else list(all_cells)
-    steps = _steps(cells_, rules.noise_floor) if cells_ else None
-    if steps is None:
-        return _moves_pairwise(cells_, facts_of, rules)
-    return _moves_stepped(cells_, steps, facts_of, rules)
+    return moves_kept(cells_, facts_of, rules, None, None)[0]
 
 
 #: Bump when what ``MovesKept`` holds, or how its chain is made, changes.

@@ -116,9 +116,8 @@ def keys(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> dict[str, str]
     ``data.runs``, as the caller keys their content and code), in their
     order. None when a run has no key, or the configs each campaign measured
     are not known (a dataset not made by ``store.merge``)."""
-    if len(run_keys) != len(data.runs) or (data.points and not data.facts):
-        return None
-    return _keys(data, rules, run_keys, _held(data))
+    given = plan(data, rules, run_keys)
+    return None if given is None else dict(given.keys)
 
 
 def plan(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> Slices | None:

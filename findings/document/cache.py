@@ -17,7 +17,8 @@ Two levels, both keyed by content hashes:
 
 Beside them: per store, the history's replay state (D91), the bootstrap
 intervals by their inputs (D171), each campaign's gate flags, counts and
-valid cells by its content (findings/derive/slices.py, D174), and the
+valid cells by its content (findings/derive/slices.py, D174), the moves
+between campaigns with the chain of those campaigns' keys (D175), and the
 templates' compiled code, one folder per findings code (D140).
 
 Which content a file has is known without reading it when its size,
@@ -367,16 +368,20 @@ def settle() -> None:
     that failed there, writes it here). A command calls it before it ends
     (a process that ended would take its writer with it), and ``load``
     before it reads a table, so that two writers never overlap."""
-    while _KEEPING:
-        _KEEPING.pop(0).result()
-    _settle_slices()
-    _settle_moves()
+    for writers in (_KEEPING, _SLICE_WRITERS, _MOVES_WRITERS):
+        _wait(writers)
+
+
+def _wait(writers: list[aside.Pending]) -> None:
+    """Waits until each of ``writers`` has written (or, where that failed
+    there, writes here), in order."""
+    while writers:
+        writers.pop(0).result()
 
 
 def _settle_slices() -> None:
     """Waits until the slices written aside are written (``put_slices``)."""
-    while _SLICE_WRITERS:
-        _SLICE_WRITERS.pop(0).result()
+    _wait(_SLICE_WRITERS)
 
 
 #: At most this many segments in a store's points table: past it, the
@@ -934,63 +939,6 @@ KEEP_SLICES_ASIDE_POINTS = 20_000
 MAX_SLICE_SEGMENTS = 8
 
 
-#: From this many moves on, they are written aside (D168's writer): at a
-#: million points, 65k moves took 0.3 s to pickle.
-KEEP_MOVES_ASIDE = 20_000
-
-
-def _settle_moves() -> None:
-    """Waits until the moves written aside are written (``put_moves``)."""
-    while _MOVES_WRITERS:
-        _MOVES_WRITERS.pop(0).result()
-
-
-def _moves_path(found: Scan) -> Path | None:
-    if found.cache is None:
-        return None
-    return found.cache / "moves" / f"{_store_id(found.store)}.pickle"
-
-
-def get_moves(found: Scan) -> regressions.MovesCache | None:
-    """The moves the last command kept for this store, to resume from
-    (regressions.moves_kept: only where their chain says which campaigns
-    are the same), in a MovesCache with none where missing, damaged or of
-    other code; None without a cache."""
-    path = _moves_path(found)
-    if path is None:
-        return None
-    _settle_moves()  # as the command before left it
-    value = _read_pickle(path)
-    ok = (type(value) is tuple and len(value) == 2 and value[0] == code_fingerprint()
-          and type(kept := value[1]) is regressions.MovesKept and type(kept.chain) is tuple
-          and type(kept.moves) is tuple and type(kept.groups) is dict)
-    return regressions.MovesCache(kept=value[1] if ok else None)
-
-
-def put_moves(found: Scan, cache: regressions.MovesCache | None) -> None:
-    """Keeps the moves this command found (``cache.made``) where they are
-    not those it was given: aside when there are many (``KEEP_MOVES_ASIDE``)."""
-    path = _moves_path(found)
-    if path is None or cache is None or cache.made is None or cache.made is cache.kept:
-        return
-    _settle_moves()  # two writers never overlap
-    job = functools.partial(_write_moves, path, cache.made)
-    if len(cache.made.moves) >= KEEP_MOVES_ASIDE:
-        _MOVES_WRITERS.append(aside.forked(job))
-    else:
-        job()
-
-
-def _write_moves(path: Path, kept: regressions.MovesKept) -> None:
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        blob = pickle.dumps((code_fingerprint(), kept), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # a fact that does not pickle: found again next time
-        return
-    _write(path, blob)
-
-
 def _slices_folder(found: Scan) -> Path | None:
     if found.cache is None:
         return None
@@ -1104,3 +1052,61 @@ def _write_slices(folder_: Path, kept: dict[str, list[str]], given: slices_mod.S
             if other.endswith(".pickle") and other != "index.pickle" and other[:-len(".pickle")] not in index:
                 with contextlib.suppress(OSError):
                     os.unlink(folder_ / other)
+
+
+# --------------------------------------------------------------------------- the moves (D175)
+
+#: From this many moves on, they are written aside (D168's writer): at a
+#: million points, 65k moves took 0.3 s to pickle.
+KEEP_MOVES_ASIDE = 20_000
+
+
+def _settle_moves() -> None:
+    """Waits until the moves written aside are written (``put_moves``)."""
+    _wait(_MOVES_WRITERS)
+
+
+def _moves_path(found: Scan) -> Path | None:
+    if found.cache is None:
+        return None
+    return found.cache / "moves" / f"{_store_id(found.store)}.pickle"
+
+
+def get_moves(found: Scan) -> regressions.MovesCache | None:
+    """The moves the last command kept for this store, to resume from
+    (regressions.moves_kept: only where their chain says which campaigns
+    are the same), in a MovesCache with none where missing, damaged or of
+    other code; None without a cache."""
+    path = _moves_path(found)
+    if path is None:
+        return None
+    _settle_moves()  # as the command before left it
+    value = _read_pickle(path)
+    ok = (type(value) is tuple and len(value) == 2 and value[0] == code_fingerprint()
+          and type(kept := value[1]) is regressions.MovesKept and type(kept.chain) is tuple
+          and type(kept.moves) is tuple and type(kept.groups) is dict)
+    return regressions.MovesCache(kept=value[1] if ok else None)
+
+
+def put_moves(found: Scan, cache: regressions.MovesCache | None) -> None:
+    """Keeps the moves this command found (``cache.made``) where they are
+    not those it was given: aside when there are many (``KEEP_MOVES_ASIDE``)."""
+    path = _moves_path(found)
+    if path is None or cache is None or cache.made is None or cache.made is cache.kept:
+        return
+    _settle_moves()  # two writers never overlap
+    job = functools.partial(_write_moves, path, cache.made)
+    if len(cache.made.moves) >= KEEP_MOVES_ASIDE:
+        _MOVES_WRITERS.append(aside.forked(job))
+    else:
+        job()
+
+
+def _write_moves(path: Path, kept: regressions.MovesKept) -> None:
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        blob = pickle.dumps((code_fingerprint(), kept), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # a fact that does not pickle: found again next time
+        return
+    _write(path, blob)

@@ -7,6 +7,7 @@ costs its own runs only."""
 
 from __future__ import annotations
 
+import io
 import pickle
 import shutil
 import sys
@@ -123,7 +124,7 @@ def test_dead_runs_go_and_a_damaged_segment_costs_its_own_runs(
     data = rendercache.load(store, rendercache.scan(store))
     assert sorted(read) == sorted(p.name for p in days[-2] if p.name.endswith(".json"))
     assert _comparable(data) == _comparable(_uncached(store))
-    assert columns.decode(second.read_bytes()) is not None and first.exists()  # written again, same runs
+    assert rendercache._read_segment(second) is not None and first.exists()  # written again, same runs
     # More than half the rows of a segment gone: written again with the live runs only.
     gone = [p for day in days[:-2][: len(days) * 2 // 3] for p in day]
     for p in gone:
@@ -141,6 +142,48 @@ def test_dead_runs_go_and_a_damaged_segment_costs_its_own_runs(
     data = rendercache.load(store, rendercache.scan(store))
     assert sorted(read) == sorted(p.name for p in (store / "runs").glob("*.json"))
     assert _comparable(data) == _comparable(_uncached(store))
+
+
+@pytest.mark.parametrize("damage", ["missing", "short", "another segment's", "bytes changed in its header"])
+def test_a_segment_whose_values_file_is_not_its_own_costs_its_own_runs(
+        full: Path, tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    """A segment's doubles are kept apart and mapped (D176): a values file
+    that is missing, cut short, another segment's, or whose header does not
+    name the segment is a miss; its runs are read from their files again."""
+    days = _campaigns(full)
+    store = tmp_path / "store"
+    (store / "runs").mkdir(parents=True)
+    for day in days[:-2]:
+        for p in day:
+            shutil.copy2(p, store / "runs" / p.name)
+    rendercache.load(store, rendercache.scan(store))
+    [first] = _segments(cache)
+    for p in days[-2]:
+        shutil.copy2(p, store / "runs" / p.name)
+    rendercache.load(store, rendercache.scan(store))
+    [second] = [s for s in _segments(cache) if s != first]
+    values = second.with_suffix(rendercache.VALUES_SUFFIX)
+    body = values.read_bytes()
+    assert body.startswith(columns.VALUES_MAGIC) and len(body) > columns.VALUES_HEADER
+    if damage == "missing":
+        values.unlink()
+    elif damage == "short":
+        values.write_bytes(body[:-8])
+    elif damage == "another segment's":
+        values.write_bytes(first.with_suffix(rendercache.VALUES_SUFFIX).read_bytes())
+    else:
+        values.write_bytes(body[:len(columns.VALUES_MAGIC)] + bytes(16) + body[columns.VALUES_HEADER:])
+    assert rendercache._read_segment(second) is None and rendercache._read_segment(first) is not None
+    read = _reads(monkeypatch)
+    data = rendercache.load(store, rendercache.scan(store))
+    assert sorted(read) == sorted(p.name for p in days[-2] if p.name.endswith(".json"))
+    assert _comparable(data) == _comparable(_uncached(store))
+    # Written again: a segment with its own values file, read from the table next time.
+    read.clear()
+    data = rendercache.load(store, rendercache.scan(store))
+    assert read == [] and _comparable(data) == _comparable(_uncached(store))
+    kept = {p.stem for p in _segments(cache)}
+    assert kept == {p.stem for p in cache.glob(f"points/*/*{rendercache.VALUES_SUFFIX}")}
 
 
 def test_a_segment_keeps_every_field_as_it_was() -> None:
@@ -178,3 +221,18 @@ def test_a_segment_keeps_every_field_as_it_was() -> None:
     assert columns.run(headers[1], (), "runs/e.json").points == ()
     assert columns.decode(b"garbage") is None
     assert columns.decode(pickle.dumps({"format": "points-table-0"})) is None
+    # The doubles kept apart (D176): the same run back, its metrics read through the values file's bytes.
+    blob, values = columns.encode_apart(["a", "b"], [run, empty])
+    assert values.startswith(columns.VALUES_MAGIC) and len(values) == columns.VALUES_HEADER + 8 * 3
+    found: list[tuple[int, bytes]] = []
+
+    def apart(size: int, token: bytes) -> memoryview | None:
+        found.append((size, token))
+        return columns.values_of(values, size, token)
+
+    again = columns.read(io.BytesIO(blob), apart)
+    assert again is not None and found == [(24, values[len(columns.VALUES_MAGIC):columns.VALUES_HEADER])]
+    assert columns.run(again[1][0], tuple(again[3]), "runs/r.json") == back
+    assert columns.read(io.BytesIO(blob)) is None  # no values file: a miss
+    assert columns.read(io.BytesIO(blob), lambda size, token: columns.values_of(values[:-1], size, token)) is None
+    assert columns.values_of(values, 24, bytes(16)) is None

@@ -12,8 +12,8 @@ from array import array
 from collections.abc import Mapping as _AbcMapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import accumulate, chain, compress, groupby
-from operator import attrgetter, is_
+from itertools import accumulate, chain, compress, groupby, repeat
+from operator import add, attrgetter, getitem, is_
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
@@ -40,13 +40,23 @@ class Metrics(Mapping[str, float]):
     """A stored point's metrics, read-only: the names shared by every point
     with the same names, the values packed as doubles. A dict of 30 floats
     is about 1.9 KB, this about 0.4 KB: at a million points, 1.5 GB less
-    (docs/decisions.md D131). Reads as a Mapping, equal to the dict it came from."""
+    (docs/decisions.md D131). Reads as a Mapping, equal to the dict it came from.
 
-    __slots__ = ("_index", "_values")
+    The doubles are a row of a buffer that many rows share (D176): a run's
+    points, read from its file, share one array, and the points of a
+    segment of the render cache's points table one view of the segment's
+    bytes, each row from ``_at`` on. An array of its own per point was 80
+    bytes more per point, and a copy of every double when read from the
+    cache."""
 
-    def __init__(self, index: dict[str, int], values: array) -> None:  # type: ignore[type-arg]
+    __slots__ = ("_index", "_values", "_at")
+
+    def __init__(self, index: dict[str, int], values: Sequence[float], at: int = 0) -> None:
         self._index = index
+        #: An ``array("d")`` or a ``memoryview`` cast to doubles: this row is
+        #: ``values[at:at + len(index)]``.
         self._values = values
+        self._at = at
 
     @classmethod
     def of(cls, d: Mapping[str, float]) -> Metrics:
@@ -58,11 +68,16 @@ class Metrics(Mapping[str, float]):
         return cls(_index_of(keys), array("d", values))
 
     def __getitem__(self, key: str) -> float:
-        return self._values[self._index[key]]  # type: ignore[no-any-return]
+        return self._values[self._at + self._index[key]]
 
     def get(self, key: str, default: Any = None) -> Any:
         i = self._index.get(key)
-        return default if i is None else self._values[i]
+        return default if i is None else self._values[self._at + i]
+
+    def row(self) -> Any:
+        """This row's doubles, in its key order: an ``array("d")`` or a
+        ``memoryview`` of doubles (a buffer either way)."""
+        return self._values[self._at:self._at + len(self._index)]
 
     def __contains__(self, key: object) -> bool:
         return key in self._index
@@ -81,7 +96,7 @@ class Metrics(Mapping[str, float]):
         # speed (`findings diff` compares every run of both sides, issue 38).
         # Stored metrics are finite, so this is the Mapping's equality.
         if type(other) is Metrics and other._index is self._index:
-            return self._values == other._values
+            return self.row() == other.row()  # type: ignore[no-any-return]
         return _AbcMapping.__eq__(self, other)
 
     __hash__ = None  # type: ignore[assignment]  # a Mapping: unhashable, as before
@@ -89,7 +104,7 @@ class Metrics(Mapping[str, float]):
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # The one tuple of its key order: a pickle of many points holds it once.
         keys = _ORDER.get(id(self._index)) or tuple(self._index)
-        return (_metrics, (keys, self._values.tobytes()))
+        return (_metrics, (keys, self.row().tobytes()))
 
 
 #: Rows packed at a time (``packed_tables``): a chunk of doubles, not the
@@ -140,23 +155,31 @@ def _grouped(where: Sequence[int], layout_of: Callable[[int], int]) -> list[list
 
 def _packed(rows: Sequence[Mapping[str, float]]) -> Iterator[bytes]:
     """The rows' values (``Metrics``), packed ``PACK_ROWS`` rows at a time."""
-    values = attrgetter("_values")
     for start in range(0, len(rows), PACK_ROWS):
-        yield b"".join(map(values, rows[start:start + PACK_ROWS]))
+        yield b"".join(rows_of(rows[start:start + PACK_ROWS]))
+
+
+_VALUES, _AT, _INDEX = attrgetter("_values"), attrgetter("_at"), attrgetter("_index")
+
+
+def rows_of(rows: Sequence[Mapping[str, float]]) -> Iterator[Any]:
+    """Each ``Metrics``' row of doubles (``Metrics.row``), as buffers, at C
+    speed: for ``bytes.join``."""
+    starts = list(map(_AT, rows))
+    ends = map(add, starts, map(len, map(_INDEX, rows)))
+    return map(getitem, map(_VALUES, rows), map(slice, starts, ends))
 
 
 def packed_rows(keys: Sequence[tuple[str, ...]], flat: Sequence[float]) -> list[Metrics]:
     """Many rows' ``Metrics`` at once: ``keys``, each row's names in order;
     ``flat``, their values (floats, checked by the caller), row after row.
-    The values go into one array, cut into each row's own at C speed (a
-    slice: a tenth of the time of an array made from a row's list)."""
-    ends = list(accumulate(map(len, keys)))
+    The values go into one array, which the rows share (D176)."""
     whole = array("d", flat)
-    rows = map(whole.__getitem__, map(slice, [0, *ends[:-1]], ends))
+    starts = accumulate(map(len, keys), initial=0)
     indexes: list[dict[str, int]] = list(map(_KEYS.get, keys))  # type: ignore[arg-type]
     if None in indexes:  # a key order not seen before in this process
         indexes = list(map(_index_of, keys))
-    return list(map(Metrics, indexes, rows))
+    return list(map(Metrics, indexes, repeat(whole), starts))
 
 
 def _index_of(keys: tuple[str, ...]) -> dict[str, int]:

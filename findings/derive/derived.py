@@ -27,8 +27,8 @@ order is the order of the dependencies:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import compress
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 from findings.core.aside import Aside
@@ -220,13 +220,15 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
         raise
 
 
-_UNKNOWN = attrgetter("failures_unknown")
+_FAILED = attrgetter("failed")
 
 
 def _failures_unknown(points: Sequence[Point], every: Mapping[str, Counts]) -> tuple[str, ...]:
     """The ids of the points whose failures are unknown, in the points'
-    order: at C speed where ``every`` (validity.assess) holds each point
-    once, in that order."""
+    order: where ``every`` (validity.assess) holds each point once, in that
+    order, the counts with no failed count picked out at C speed (most
+    points record it), and only those asked ``failures_unknown``."""
     if len(every) == len(points):
-        return tuple(compress(every, map(_UNKNOWN, every.values())))
+        silent = compress(every.items(), map(is_, map(_FAILED, every.values()), repeat(None)))
+        return tuple(point_id for point_id, c in silent if c.failures_unknown)
     return tuple(p.id for p in points if every[p.id].failures_unknown)

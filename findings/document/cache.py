@@ -42,6 +42,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import mmap
 import os
 import pickle
 import shutil
@@ -471,16 +472,21 @@ class _Table:
                 name = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
                 path = self.folder / f"{name}.pickle"
                 try:
-                    blob = columns.encode(keys, [runs[k] for k in keys])
+                    blob, values = columns.encode_apart(keys, [runs[k] for k in keys])
                 except Exception:  # a value that does not pickle: its runs are read from their files next time
                     continue
+                apart = path.with_suffix(VALUES_SUFFIX)
+                _write(apart, values)  # first: a segment never names doubles that are not there
+                del values
+                if not apart.is_file():
+                    continue  # not written (a full disk): read from the files next time
                 _write(path, blob)
                 if not path.is_file():
-                    continue  # not written (a full disk): read from the files next time
+                    continue
             index[name] = keys
         _write(self.folder / "index.pickle",
                pickle.dumps({"format": columns.FORMAT, "segments": index}, protocol=pickle.HIGHEST_PROTOCOL))
-        for path in self.folder.glob("*.pickle"):
+        for path in [*self.folder.glob("*.pickle"), *self.folder.glob(f"*{VALUES_SUFFIX}")]:
             if path.stem != "index" and path.stem not in index:
                 with contextlib.suppress(OSError):
                     path.unlink()
@@ -491,8 +497,29 @@ class _Table:
 def _read_segment(path: Path) -> columns.Decoded | None:
     try:
         with open(path, "rb") as f:
-            return columns.read(f)
+            return columns.read(f, functools.partial(_mapped, path.with_suffix(VALUES_SUFFIX)))
     except OSError:
+        return None
+
+
+#: A segment's doubles, kept apart from it (columns.encode_apart, D176).
+VALUES_SUFFIX = ".values"
+
+
+def _mapped(path: Path, size: int, token: bytes) -> memoryview | None:
+    """The doubles of a segment's values file, mapped read-only: a page is
+    read (and held) only once a point's metrics on it are read. None when
+    the file is missing or not that segment's. The cache writes every file
+    whole and then moves it into place (never over a mapped one), and
+    removes the values files no segment names."""
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != columns.VALUES_HEADER + size:
+                return None
+            if size == 0:
+                return columns.values_of(f.read(), size, token)
+            return columns.values_of(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), size, token)
+    except (OSError, ValueError):
         return None
 
 

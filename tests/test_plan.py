@@ -166,15 +166,34 @@ def findings(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PY, "-m", "findings", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
+#: Measurements of the store below, at most: its premise is a real measurement's.
+MEASURE_TRIES = 3
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A store the emulator filled: eagle3-topk1-v2 loses at C=1 and wins at C=30."""
-    work = tmp_path_factory.mktemp("plan")
-    (work / "m.toml").write_text(MATRIX)
-    r = findings("--store", "st", "bench", "m.toml", "--no-progress", "--log-dir", "logs", "--date", "2026-12-01",
-                 "--create", cwd=work)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return work
+    """A store the emulator filled: eagle3-topk1-v2 loses at C=1 and wins at C=30.
+
+    At C=1 it loses by about 7%, and a decode step takes 5 ms at speed 2: on
+    a machine starved of CPU (the suite's workers on two cores), the lag
+    each step gets weighs twice as much on the baseline's shorter steps,
+    and the loss can read as a tie (the conclusion then, rightly, always-on;
+    seen twice under load). The store is measured again, in a new folder,
+    until it shows the crossover the tests below are about."""
+    verdicts = None
+    for _ in range(MEASURE_TRIES):
+        work = tmp_path_factory.mktemp("plan")
+        (work / "m.toml").write_text(MATRIX)
+        r = findings("--store", "st", "bench", "m.toml", "--no-progress", "--log-dir", "logs", "--date",
+                     "2026-12-01", "--create", cwd=work)
+        assert r.returncode == 0, r.stderr[-2000:]
+        cand = json.loads(findings("--store", "st", "conclusions", "--json", cwd=work).stdout)[
+            "workloads"]["diverse-prompts (simulated)"]["candidates"]["eagle3-topk1-v2"]
+        if (cand["policy"], cand["threshold"]) == ("on-above", 30):
+            return work
+        verdicts = cand["verdicts"]
+    raise AssertionError(f"eagle3-topk1-v2 against the baseline in {MEASURE_TRIES} measurements: the last "
+                         f"{verdicts}, not a loss at C=1 and a win at C=30")
 
 
 def test_plan_matrix_runs_unchanged_and_narrows_the_bracket(measured: Path, tmp_path: Path) -> None:

@@ -104,8 +104,10 @@ def test_campaign_by_campaign_the_table_stays_small_and_reads_as_the_files(
     assert read == [] and _comparable(data) == _comparable(_uncached(store))  # warm: every run from the table
 
 
-def test_dead_runs_go_and_a_damaged_segment_costs_its_own_runs(
-        full: Path, tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _two_segments(full: Path, tmp_path: Path, cache: Path) -> tuple[list[list[Path]], Path, Path, Path]:
+    """A store of every campaign but the last, loaded twice into the table:
+    first without its last two campaigns, then with them (days, the store,
+    the first segment, the second)."""
     days = _campaigns(full)
     store = tmp_path / "store"
     (store / "runs").mkdir(parents=True)
@@ -119,6 +121,12 @@ def test_dead_runs_go_and_a_damaged_segment_costs_its_own_runs(
     rendercache.load(store, rendercache.scan(store))
     assert first in _segments(cache)
     [second] = [s for s in _segments(cache) if s != first]
+    return days, store, first, second
+
+
+def test_dead_runs_go_and_a_damaged_segment_costs_its_own_runs(
+        full: Path, tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    days, store, first, second = _two_segments(full, tmp_path, cache)
     read = _reads(monkeypatch)
     second.write_bytes(b"not a segment")  # damaged: its runs are read again, the others are not
     data = rendercache.load(store, rendercache.scan(store))
@@ -150,18 +158,7 @@ def test_a_segment_whose_values_file_is_not_its_own_costs_its_own_runs(
     """A segment's doubles are kept apart and mapped (D176): a values file
     that is missing, cut short, another segment's, or whose header does not
     name the segment is a miss; its runs are read from their files again."""
-    days = _campaigns(full)
-    store = tmp_path / "store"
-    (store / "runs").mkdir(parents=True)
-    for day in days[:-2]:
-        for p in day:
-            shutil.copy2(p, store / "runs" / p.name)
-    rendercache.load(store, rendercache.scan(store))
-    [first] = _segments(cache)
-    for p in days[-2]:
-        shutil.copy2(p, store / "runs" / p.name)
-    rendercache.load(store, rendercache.scan(store))
-    [second] = [s for s in _segments(cache) if s != first]
+    days, store, first, second = _two_segments(full, tmp_path, cache)
     values = second.with_suffix(rendercache.VALUES_SUFFIX)
     body = values.read_bytes()
     assert body.startswith(columns.VALUES_MAGIC) and len(body) > columns.VALUES_HEADER

@@ -183,6 +183,22 @@ def test_a_segment_whose_values_file_is_not_its_own_costs_its_own_runs(
     assert kept == {p.stem for p in cache.glob(f"points/*/*{rendercache.VALUES_SUFFIX}")}
 
 
+def test_a_values_file_that_cannot_be_mapped_is_read_whole(
+        full: Path, tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file system that cannot map the values file (D176): read whole, and
+    every run still comes from the table."""
+    days, store, first, second = _two_segments(full, tmp_path, cache)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("no mmap here")
+
+    monkeypatch.setattr(rendercache.mmap, "mmap", refuse)
+    assert rendercache._read_segment(second) is not None
+    read = _reads(monkeypatch)
+    data = rendercache.load(store, rendercache.scan(store))
+    assert read == [] and _comparable(data) == _comparable(_uncached(store))
+
+
 def test_a_segment_keeps_every_field_as_it_was() -> None:
     """Metrics packed or a dict, parameters shared or with a float, records,
     series, notes, lines and files: equal after a round trip, with the

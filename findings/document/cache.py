@@ -511,14 +511,17 @@ def _mapped(path: Path, size: int, token: bytes) -> memoryview | None:
     read (and held) only once a point's metrics on it are read. None when
     the file is missing or not that segment's. The cache writes every file
     whole and then moves it into place (never over a mapped one), and
-    removes the values files no segment names."""
+    removes the values files no segment names. Where the file cannot be
+    mapped, it is read whole."""
     try:
         with open(path, "rb") as f:
             if os.fstat(f.fileno()).st_size != columns.VALUES_HEADER + size:
                 return None
-            if size == 0:
-                return columns.values_of(f.read(), size, token)
-            return columns.values_of(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), size, token)
+            try:
+                whole: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):  # a file system that cannot map it: read whole
+                whole = f.read()
+            return columns.values_of(whole, size, token)
     except (OSError, ValueError):
         return None
 

@@ -47,6 +47,12 @@ def _whole(data: Dataset, rules: Rules) -> slices.Found:
     return flags, every, cells(data, rules, flags)
 
 
+def _keys(data: Dataset, rules: Rules, run_keys: list[str]) -> dict[str, str] | None:
+    """Each campaign's slice key (``slices.plan``'s), or None where there are none."""
+    given = slices.plan(data, rules, run_keys)
+    return None if given is None else dict(given.keys)
+
+
 def _same(got: slices.Found, want: slices.Found) -> None:
     """The same flags, counts and cells, each in the same order."""
     assert list(got[0].items()) == list(want[0].items())
@@ -58,7 +64,7 @@ def test_slices_kept_or_not_give_what_the_whole_derivation_gives(data: Dataset) 
     rules = Rules()
     want = _whole(data, rules)
     assert want[0] and len(want[2]) > 100  # points the gates flag, and cells
-    keys = slices.keys(data, rules, _run_keys(data))
+    keys = _keys(data, rules, _run_keys(data))
     assert keys is not None and set(keys) == {c.name for c in data.campaigns}
     planned = slices.plan(data, rules, _run_keys(data))  # what the render cache fills
     assert planned is not None and planned.keys == keys and planned.known == {} and planned.held is not None
@@ -102,7 +108,7 @@ def test_speculation_that_contradicts_a_config_is_flagged_the_same_from_slices(d
     rules = Rules()
     want = _whole(other, rules)
     assert len(want[0]) > len(_whole(data, rules)[0])
-    keys = slices.keys(other, rules, _run_keys(other))
+    keys = _keys(other, rules, _run_keys(other))
     assert keys is not None
     first = slices.Slices(keys=keys, known={})
     slices.derive(other, rules, first)
@@ -113,46 +119,46 @@ def test_speculation_that_contradicts_a_config_is_flagged_the_same_from_slices(d
 def test_a_key_changes_with_each_of_its_inputs_and_only_then(data: Dataset) -> None:
     rules = Rules()
     runs = _run_keys(data)
-    base = slices.keys(data, rules, runs)
+    base = _keys(data, rules, runs)
     assert base is not None and len(set(base.values())) == len(base)
-    assert slices.keys(data, rules, list(runs)) == base  # the same inputs, the same keys
+    assert _keys(data, rules, list(runs)) == base  # the same inputs, the same keys
 
     # One run's content: the campaigns it holds, no others.
     edited = list(runs)
     edited[7] = "0" * 64
     held = {c.name for c in data.runs[7].campaigns}
-    got = slices.keys(data, rules, edited)
+    got = _keys(data, rules, edited)
     assert got is not None
     assert {n for n in base if got[n] != base[n]} == held
 
     # The gates: every campaign.
-    other = slices.keys(data, dataclasses.replace(rules, gates=Gates(max_failed_fraction=0.5)), runs)
+    other = _keys(data, dataclasses.replace(rules, gates=Gates(max_failed_fraction=0.5)), runs)
     assert other is not None and all(other[n] != base[n] for n in base)
     # What the slices do not read (the noise floor): none.
-    assert slices.keys(data, dataclasses.replace(rules, noise_floor=0.2), runs) == base
+    assert _keys(data, dataclasses.replace(rules, noise_floor=0.2), runs) == base
 
     # A config's speculation (its merged facts): the campaigns that measured it.
     config = "baseline"
     facts = {**data.configs[config], "speculative_algorithm": "EAGLE3"}
     spec = dataclasses.replace(data, configs={**data.configs, config: facts})
-    got = slices.keys(spec, rules, runs)
+    got = _keys(spec, rules, runs)
     assert got is not None
     measured = {campaign for c, campaign in data.facts if c == config}
     assert {n for n in base if got[n] != base[n]} == measured
     # Facts that do not change whether it speculates: none.
     same = dataclasses.replace(data, configs={**data.configs, config: {**data.configs[config], "note": "x"}})
-    assert slices.keys(same, rules, runs) == base
+    assert _keys(same, rules, runs) == base
 
     # A campaign before the others: every campaign's rank moves, so every key.
     first = data.campaigns[0]
     earlier = dataclasses.replace(first, name="0-earliest", date="2000-01-01")
     moved = dataclasses.replace(data, campaigns=(earlier, *data.campaigns))
-    got = slices.keys(moved, rules, runs)
+    got = _keys(moved, rules, runs)
     assert got is not None and all(got[n] != base[n] for n in base)
 
     # Runs whose keys are not known, or a dataset not merged from runs: no slices.
-    assert slices.keys(data, rules, runs[:-1]) is None
-    assert slices.keys(dataclasses.replace(data, facts={}), rules, runs) is None
+    assert _keys(data, rules, runs[:-1]) is None
+    assert _keys(dataclasses.replace(data, facts={}), rules, runs) is None
 
 
 def test_a_slice_that_does_not_fit_its_campaign_is_not_used(data: Dataset) -> None:
@@ -160,7 +166,7 @@ def test_a_slice_that_does_not_fit_its_campaign_is_not_used(data: Dataset) -> No
     damaged entry might): the whole derivation instead, the same answer."""
     rules = Rules()
     want = _whole(data, rules)
-    keys = slices.keys(data, rules, _run_keys(data))
+    keys = _keys(data, rules, _run_keys(data))
     assert keys is not None
     first = slices.Slices(keys=keys, known={})
     slices.derive(data, rules, first)
@@ -358,7 +364,7 @@ def test_the_history_chain_hashes_each_campaigns_key_and_its_suspect_pairs(data:
     from findings.derive import history, regressions
 
     rules = Rules()
-    keys = slices.keys(data, rules, _run_keys(data))
+    keys = _keys(data, rules, _run_keys(data))
     assert keys is not None
     valid = _whole(data, rules)[2]
     found = regressions.analyse(data, rules, valid)

@@ -188,14 +188,15 @@ def derive(data: Dataset, rules: Rules, history_cache: HistoryCache | None = Non
     campaigns' slices say what changed since (regressions.analyse_kept);
     what to keep from this command is set in it."""
     gate_flags, every, valid = slices_mod.derive(data, rules, slices)
-    found = regressions.analyse_kept(data, rules, valid, slices.keys if slices is not None else None, moves_cache)
+    keys = slices.keys if slices is not None else None  # each campaign's slice key (D174)
+    found = regressions.analyse_kept(data, rules, valid, keys, moves_cache)
     # What the outputs read of every run, found before the replay may be
     # forked: a pass over every run after it copies each page it touches (D173).
     tunes = tuning_mod.tune_campaigns(data)
     data.read_runs()
     final: dict[str, Table] = {}  # (filled below, before the history is read: D175)
     history = History(begin(data, rules, regressions.without_suspects(valid, found), found, cache=history_cache,
-                            aside=aside, cell_keys=slices.keys if slices is not None else None, final=final))
+                            aside=aside, cell_keys=keys, final=final))
     try:
         done = regressions.conclude_with_steps(data, rules, valid, found)
         final.update(done.tables)

@@ -108,20 +108,15 @@ class Slices:
         return sum(len(s.counts) for s in self.made.values()) + sum(n for n, _ in self.pending)
 
 
-def keys(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> dict[str, str] | None:
-    """campaign name -> the key of its slice: the gates, the campaign's name
-    and rank, the speculation of each config it measured (from the configs'
-    merged facts, which a later campaign's run can change), and the content
-    keys of the runs that hold it (``run_keys``, one per run of
-    ``data.runs``, as the caller keys their content and code), in their
-    order. None when a run has no key, or the configs each campaign measured
-    are not known (a dataset not made by ``store.merge``)."""
-    given = plan(data, rules, run_keys)
-    return None if given is None else dict(given.keys)
-
-
 def plan(data: Dataset, rules: Rules, run_keys: Sequence[str]) -> Slices | None:
-    """``keys``, as the ``Slices`` to fill with those known (none yet), or None."""
+    """The ``Slices`` to fill with those known (none yet), keyed by campaign
+    name -> the key of its slice: the gates, the campaign's name and rank,
+    the speculation of each config it measured (from the configs' merged
+    facts, which a later campaign's run can change), and the content keys
+    of the runs that hold it (``run_keys``, one per run of ``data.runs``,
+    as the caller keys their content and code), in their order. None when
+    a run has no key, or the configs each campaign measured are not known
+    (a dataset not made by ``store.merge``)."""
     if len(run_keys) != len(data.runs) or (data.points and not data.facts):
         return None
     held = _held(data)

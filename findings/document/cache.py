@@ -380,11 +380,6 @@ def _wait(writers: list[aside.Pending]) -> None:
         writers.pop(0).result()
 
 
-def _settle_slices() -> None:
-    """Waits until the slices written aside are written (``put_slices``)."""
-    _wait(_SLICE_WRITERS)
-
-
 #: At most this many segments in a store's points table: past it, the
 #: smaller ones are written again as one (all of them, once they hold as
 #: many live rows as half the largest, or the largest is half dead).
@@ -515,8 +510,6 @@ def _mapped(path: Path, size: int, token: bytes) -> memoryview | None:
     mapped, it is read whole."""
     try:
         with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size != columns.VALUES_HEADER + size:
-                return None
             try:
                 whole: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError):  # a file system that cannot map it: read whole
@@ -1006,7 +999,7 @@ def get_slices(found: Scan, data: Dataset, rules: Rules) -> slices_mod.Slices | 
     folder_ = _slices_folder(found)
     if folder_ is None:
         return None
-    _settle_slices()  # the index as the command before left it
+    _wait(_SLICE_WRITERS)  # the index as the command before left it
     given = slices_mod.plan(data, rules, found.run_keys)
     if given is None:
         return None
@@ -1034,7 +1027,7 @@ def put_slices(found: Scan, given: slices_mod.Slices | None) -> None:
     folder_ = _slices_folder(found)
     if folder_ is None or given is None or not (given.made or given.pending):
         return
-    _settle_slices()  # two writers never overlap
+    _wait(_SLICE_WRITERS)  # two writers never overlap
     live = set(given.keys.values())
     index = _slices_index(folder_)
     kept = {name: keys for name, keys in index.items() if not live.isdisjoint(keys)}
@@ -1091,11 +1084,6 @@ def _write_slices(folder_: Path, kept: dict[str, list[str]], given: slices_mod.S
 KEEP_MOVES_ASIDE = 20_000
 
 
-def _settle_moves() -> None:
-    """Waits until the moves written aside are written (``put_moves``)."""
-    _wait(_MOVES_WRITERS)
-
-
 def _moves_path(found: Scan) -> Path | None:
     if found.cache is None:
         return None
@@ -1110,7 +1098,7 @@ def get_moves(found: Scan) -> regressions.MovesCache | None:
     path = _moves_path(found)
     if path is None:
         return None
-    _settle_moves()  # as the command before left it
+    _wait(_MOVES_WRITERS)  # as the command before left it
     value = _read_pickle(path)
     ok = (type(value) is tuple and len(value) == 2 and value[0] == code_fingerprint()
           and type(kept := value[1]) is regressions.MovesKept and type(kept.chain) is tuple
@@ -1124,7 +1112,7 @@ def put_moves(found: Scan, cache: regressions.MovesCache | None) -> None:
     path = _moves_path(found)
     if path is None or cache is None or cache.made is None or cache.made is cache.kept:
         return
-    _settle_moves()  # two writers never overlap
+    _wait(_MOVES_WRITERS)  # two writers never overlap
     job = functools.partial(_write_moves, path, cache.made)
     if len(cache.made.moves) >= KEEP_MOVES_ASIDE:
         _MOVES_WRITERS.append(aside.forked(job))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -54,6 +55,7 @@ def _resume(old: list[Cell], new: list[Cell], facts: Facts) -> tuple[bool, list[
     """The moves of ``new`` resumed from those of ``old``, checked against the
     whole; whether they were resumed (not found again over the whole)."""
     _, kept = _whole(old, facts)
+    kept = pickle.loads(pickle.dumps(kept.packed()))  # as the render cache keeps them (D177)
     chain = _chain(new, facts)
     resumed = regressions._resume(new, _facts_of(facts), RULES, chain, kept)
     found, made = regressions.moves_kept(new, _facts_of(facts), RULES, chain, kept)
@@ -265,3 +267,39 @@ def test_the_first_flip_at_one_c_is_the_first_cross_check_unlike_it(seed: int) -
                 assert cand.flip_at(10_000) is None
     if seed == 0:
         assert found  # (some seeds flip)
+
+
+def test_ratios_packed_read_as_the_tuple_they_pack() -> None:
+    """A move's ratios as the render cache keeps them (``Ratios``, D177):
+    equal to the tuple of triples either way round, hashed and printed as
+    it, each triple an (int, float, float) again, through pickle too; and a
+    Move holding them equal to the Move holding the tuple. Ratios with a C
+    that is not an int or a value that is not a finite float are not
+    packed (a NaN read back would be unequal to itself)."""
+    import dataclasses
+
+    triples = ((1, 0.875, 0.04), (30, 1.0 / 3.0, 0.05), (2**40, 5e-324, 1e308))
+    packed = regressions.Ratios.of(triples)
+    assert packed is not None
+    assert packed == triples and triples == packed and not (packed != triples)
+    assert hash(packed) == hash(triples) and repr(packed) == repr(triples) and str(packed) == str(triples)
+    assert len(packed) == 3 and list(packed) == list(triples) and packed[1] == triples[1]
+    assert packed[-1] == triples[-1] and packed[1:] == triples[1:]
+    assert [tuple(map(type, t)) for t in packed] == [(int, float, float)] * 3
+    assert [x.hex() for t in packed for x in t[1:]] == [x.hex() for t in triples for x in t[1:]]
+    again = pickle.loads(pickle.dumps(packed))
+    assert type(again) is regressions.Ratios and again == packed and again == triples
+    assert packed != triples[:2] and packed != regressions.Ratios.of(triples[:2])
+    move = regressions.Move(workload="w", config="c", previous_campaign="a", campaign="b", rank=1, ratios=triples,
+                            facts_changed=(), kind=regressions.DRIFT, reason="r", known_at=1)
+    other = dataclasses.replace(move, ratios=packed)
+    assert other == move and move == other and hash(other) == hash(move) and repr(other) == repr(move)
+    assert other.ratio == move.ratio and other.moved == move.moved and other.per_c() == move.per_c()
+    assert regressions.to_json(other) == regressions.to_json(move)
+    for bad in (((1, 1, 0.1),), ((1.0, 1.0, 0.1),), ((1, math.nan, 0.1),), ((1, 1.0, math.inf),), ((2**63, 1.0, 0.1),)):
+        assert regressions.Ratios.of(bad) is None
+    kept = regressions.MovesKept(chain=("x",), moves=(move, dataclasses.replace(move, ratios=((1, math.nan, 0.1),))),
+                                 groups={})
+    both = kept.packed()
+    assert type(both.moves[0].ratios) is regressions.Ratios and both.moves[0] == move
+    assert both.moves[1] is kept.moves[1]  # not packed: kept as it is

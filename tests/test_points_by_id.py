@@ -11,7 +11,7 @@ import pytest
 from test_slices import render_scaling
 
 from findings import store as store_mod
-from findings.core.model import Dataset, PointsById
+from findings.core.model import Dataset, InPointOrder, PointsById
 
 
 @pytest.fixture(scope="module")
@@ -61,3 +61,44 @@ def test_a_dataset_of_other_points_than_its_runs_reads_a_dict(data: Dataset) -> 
         assert isinstance(found, PointsById) and found._runs is None
         _reads_as_the_dict(found, other.points, [p.id for p in data.points[::11]] + _odd_ids(data))
     assert data.points[-1].id not in upto.points_by_id
+
+
+def _in_order_reads_as_the_dict(found: InPointOrder, points: tuple, values: list, asked: list[str]) -> None:
+    whole = dict(zip((p.id for p in points), values))
+    for pid in asked:
+        assert (pid in found) == (pid in whole)
+        assert found.get(pid, "none") is whole.get(pid, "none")
+        if pid in whole:
+            assert found[pid] is whole[pid]
+        else:
+            with pytest.raises(KeyError):
+                found[pid]
+    assert list(found) == list(whole) and len(found) == len(whole)
+    assert list(found.items()) == list(whole.items()) and list(found.values()) == list(whole.values())
+    assert dict(found) == whole and found == whole
+
+
+def test_values_in_the_points_order_are_found_through_their_runs(data: Dataset) -> None:
+    """InPointOrder (the request counts of every point, D177): a value per
+    point read by id as the dict of every id does, found through the runs
+    (no dict made) where the runs' ids are distinct and the caller says the
+    points' are; the dict otherwise."""
+    values = [object() for _ in data.points]
+    ids = [p.id for p in data.points]
+    found = InPointOrder(data, values, distinct=True)
+    for pid in ids[::7]:
+        assert found[pid] is values[ids.index(pid)]
+    assert found._whole is None and len(found) == len(values)
+    assert list(found.values()) == values and found._whole is None  # in order, no dict made
+    _in_order_reads_as_the_dict(found, data.points, values, ids[::5] + _odd_ids(data))
+    assert found._whole is not None  # (an id found in no run: the dict asked)
+    # not said to be distinct, or points other than their runs': a dict
+    upto = data.upto(data.campaigns[len(data.campaigns) // 2].name)
+    twice = dataclasses.replace(data, runs=data.runs + data.runs[:1], points=data.points + data.runs[0].points)
+    for other, distinct in ((data, False), (upto, True), (twice, True)):
+        vals = list(range(len(other.points)))
+        got = InPointOrder(other, vals, distinct=distinct)
+        assert not got._fast
+        _in_order_reads_as_the_dict(got, other.points, vals, [p.id for p in other.points][::9] + _odd_ids(data))
+    with pytest.raises(ValueError):
+        InPointOrder(data, values[:-1], distinct=True)

@@ -643,3 +643,17 @@ def test_render_scaling_times_the_stores_other_readers(tmp_path):
     assert commits == "2"
     again = mod.measure_diff(150, work)  # the repository is built once, then reused
     assert again["command"] == "diff" and (repo / ".perf-built").stat().st_mtime_ns == built
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_by_rank_groups_as_group_runs_does(seed):
+    """stats.by_rank (the document's labels, D177): the rows grouped by rank
+    as group_runs groups one column, and each rank's span among them."""
+    from findings.derive.stats import by_rank, group_runs
+    rng = random.Random(seed)
+    ranks = [rng.choice([0, 3, 4, 9, 250, 1000]) for _ in range(rng.randint(1, 400))]
+    order, spans = by_rank(iter(ranks), len(ranks))
+    want, starts = group_runs([ranks])
+    assert list(order) == list(want)
+    assert spans == {ranks[want[lo]]: (lo, hi) for lo, hi in zip(starts, starts[1:])}
+    assert by_rank([], 0)[1] == {} and len(by_rank([], 0)[0]) == 0

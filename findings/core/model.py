@@ -13,9 +13,9 @@ from collections.abc import Mapping as _AbcMapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate, chain, compress, groupby, repeat
-from operator import add, attrgetter, getitem, is_
+from operator import add, and_, attrgetter, getitem, is_, rshift
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, ItemsView, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar, ValuesView
 
 #: Where a point came from. Simulated points are never pooled with real ones.
 SOURCES = ("import", "runner", "simulated")
@@ -175,11 +175,34 @@ def packed_rows(keys: Sequence[tuple[str, ...]], flat: Sequence[float]) -> list[
     ``flat``, their values (floats, checked by the caller), row after row.
     The values go into one array, which the rows share (D176)."""
     whole = array("d", flat)
-    starts = accumulate(map(len, keys), initial=0)
     indexes: list[dict[str, int]] = list(map(_KEYS.get, keys))  # type: ignore[arg-type]
     if None in indexes:  # a key order not seen before in this process
         indexes = list(map(_index_of, keys))
-    return list(map(Metrics, indexes, repeat(whole), starts))
+    return rows_in(indexes, whole, map(len, keys))
+
+
+#: Where a row starts in the buffer its ``Metrics`` reads (``_at``) is
+#: below this, so that it is one of ``_STARTS``: one int object per place,
+#: shared by every row at that place in its buffer (D177).
+_SHIFT = 16
+_BLOCK = 1 << _SHIFT
+_STARTS = tuple(range(_BLOCK))
+
+
+def rows_in(indexes: Iterable[dict[str, int]], values: Any, widths: Iterable[int]) -> list[Metrics]:
+    """The ``Metrics`` of rows laid one after the other in ``values`` (an
+    ``array("d")`` or a ``memoryview`` of doubles), with these key orders
+    (``indexes``) and so many values each (``widths``). Each row reads a
+    view of ``values`` that starts at a multiple of ``_BLOCK`` doubles, from
+    a place below it: at a million points, a million ints of their own
+    (32 MiB) were a place each. At C speed."""
+    starts = list(accumulate(widths, initial=0))
+    if len(values) < _BLOCK:
+        return list(map(Metrics, indexes, repeat(values), map(_STARTS.__getitem__, starts)))
+    whole = memoryview(values)
+    views = [whole[k:] for k in range(0, len(values) + 1, _BLOCK)]
+    return list(map(Metrics, indexes, map(views.__getitem__, map(rshift, starts, repeat(_SHIFT))),
+                    map(_STARTS.__getitem__, map(and_, starts, repeat(_BLOCK - 1)))))
 
 
 def _index_of(keys: tuple[str, ...]) -> dict[str, int]:
@@ -311,34 +334,39 @@ class Run:
     #: inline in the points, or none at all.
     sidecar: Sidecar | None = None
 
-    def __reduce__(self) -> tuple[Callable[..., "Run"], tuple[object, ...]]:
-        # Unpickled through ``make_run`` (the render cache): several times
-        # faster than the generic state of a frozen dataclass with slots.
-        return (make_run, tuple(getattr(self, name) for name in self.__slots__))
 
-
-def _run_maker() -> Callable[..., Run]:
-    """A function of every field of a Run, in order, that makes it with no
-    check, default or ``__init__``: each slot set through its descriptor,
-    in one unrolled function, since a frozen dataclass's ``__init__`` sets
-    each through ``object.__setattr__`` (0.9 against 1.7 µs a run). A
-    store of `findings bench` holds a run per point: its readers make one
-    for every point (D173)."""
-    names = Run.__slots__
-    setters = {f"_set{i}": getattr(Run, name).__set__ for i, name in enumerate(names)}
-    body = "".join(f"    _set{i}(run, {name})\n" for i, name in enumerate(names))
-    source = f"def make_run({', '.join(names)}):\n    run = _new(_Run)\n{body}    return run\n"
-    namespace: dict[str, Any] = {"_new": object.__new__, "_Run": Run, **setters}
+def slotted_maker(cls: type[Any], name: str) -> Callable[..., Any]:
+    """A function of every field of a slotted frozen dataclass, in order, that
+    makes one with no check, default or ``__init__``: each slot set through
+    its descriptor, in one unrolled function, since a frozen dataclass's
+    ``__init__`` sets each through ``object.__setattr__`` (0.9 against 1.7 µs
+    a Run). The class is pickled through it (its ``__reduce__``, set here),
+    so the function must be its module's ``name``: unpickled so, a slotted
+    dataclass is made several times faster than from its generic state
+    (D173), and holds less than one with a ``__dict__`` (D177)."""
+    names = cls.__slots__
+    if len(names) < 2:
+        raise TypeError(f"{cls.__name__}: slotted_maker needs two fields or more")
+    setters = {f"_set{i}": getattr(cls, field).__set__ for i, field in enumerate(names)}
+    body = "".join(f"    _set{i}(made, {field})\n" for i, field in enumerate(names))
+    source = f"def {name}({', '.join(names)}):\n    made = _new(_cls)\n{body}    return made\n"
+    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, **setters}
     exec(source, namespace)  # as dataclasses makes __init__ itself
-    made: Callable[..., Run] = namespace["make_run"]
-    made.__module__ = __name__
-    made.__qualname__ = "make_run"
+    made: Callable[..., Any] = namespace[name]
+    made.__module__ = cls.__module__
+    made.__qualname__ = name
+    fields = attrgetter(*names)
+
+    def __reduce__(self: Any) -> tuple[Callable[..., Any], tuple[object, ...]]:
+        return (made, fields(self))
+
+    cls.__reduce__ = __reduce__  # type: ignore[assignment]
     return made
 
 
 #: ``Run(*fields)``, every field given, in order, checked by the caller: for
 #: the store's readers and the render cache, which make one per run file.
-make_run = _run_maker()
+make_run: Callable[..., Run] = slotted_maker(Run, "make_run")
 
 
 @dataclass(frozen=True)
@@ -400,7 +428,7 @@ class Dataset:
         return found if found is not None else self.configs.get(config, {})
 
     @cached_property
-    def points_by_id(self) -> Mapping[str, Point]:
+    def points_by_id(self) -> PointsById:
         """Point id -> point (``PointsById``)."""
         return PointsById(self)
 
@@ -428,6 +456,77 @@ class Dataset:
 
 
 _RUN_POINTS = attrgetter("points")
+_POINT_ID = attrgetter("id")
+
+V = TypeVar("V")
+
+
+class InPointOrder(Mapping[str, V]):
+    """``dict(zip((p.id for p in data.points), values))``: a value for each
+    of the dataset's points, in their order, found by id through the
+    points' runs (``PointsById.place``), where their ids are known to be
+    distinct (``distinct``: the caller's to say). No dict of every id is
+    made (the request counts of every point: 29 MiB at a million points,
+    D177). Otherwise, a dict, made when first needed."""
+
+    __slots__ = ("_data", "_values", "_fast", "_whole")
+
+    def __init__(self, data: Dataset, values: Sequence[V], distinct: bool) -> None:
+        if len(values) != len(data.points):
+            raise ValueError("a value for each point is needed")
+        self._data = data
+        self._values = values
+        self._fast = distinct and data.points_by_id.through_runs
+        self._whole: dict[str, V] | None = None
+
+    def _all(self) -> dict[str, V]:
+        if self._whole is None:
+            self._whole = dict(zip(map(_POINT_ID, self._data.points), self._values))
+        return self._whole
+
+    def _place(self, key: object) -> int | None:
+        if not self._fast or type(key) is not str:
+            return None
+        return self._data.points_by_id.place(key)
+
+    def __getitem__(self, key: str) -> V:
+        at = self._place(key)
+        return self._values[at] if at is not None else self._all()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        at = self._place(key)
+        return self._values[at] if at is not None else self._all().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return self._place(key) is not None or key in self._all()
+
+    def __iter__(self) -> Iterator[str]:
+        return map(_POINT_ID, self._data.points) if self._fast else iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._values) if self._fast else len(self._all())
+
+    def values(self) -> ValuesView[V]:
+        return _InOrderValues(self)
+
+    def items(self) -> ItemsView[str, V]:
+        return _InOrderItems(self)
+
+
+class _InOrderValues(ValuesView[V]):
+    _mapping: InPointOrder[V]
+
+    def __iter__(self) -> Iterator[V]:
+        m = self._mapping
+        return iter(m._values) if m._fast else iter(m._all().values())
+
+
+class _InOrderItems(ItemsView[str, V]):
+    _mapping: InPointOrder[V]
+
+    def __iter__(self) -> Iterator[tuple[str, V]]:
+        m = self._mapping
+        return zip(map(_POINT_ID, m._data.points), m._values) if m._fast else iter(m._all().items())
 
 
 class PointsById(Mapping[str, Point]):
@@ -442,16 +541,35 @@ class PointsById(Mapping[str, Point]):
     other id, or any other dataset, reads a dict of every point, made when
     first needed."""
 
-    __slots__ = ("_points", "_runs", "_whole")
+    __slots__ = ("_points", "_runs", "_whole", "_starts")
 
     def __init__(self, data: Dataset) -> None:
         self._points = data.points
         self._whole: dict[str, Point] | None = None
         runs = data.runs
         self._runs: Mapping[str, Run] | None = None
+        self._starts: dict[str, int] | None = None
         if (runs and len(data.points) == sum(map(len, map(_RUN_POINTS, runs))) and len(data.runs_by_id) == len(runs)
                 and all(map(is_, data.points, chain.from_iterable(map(_RUN_POINTS, runs))))):
             self._runs = data.runs_by_id
+
+    @property
+    def through_runs(self) -> bool:
+        """Whether points are found through their runs (see the class)."""
+        return self._runs is not None
+
+    def place(self, point_id: str) -> int | None:
+        """The point's place in the dataset's points, found through its run;
+        None where it is not found so (``through_runs`` false, or an id
+        that is not its run's point at that place)."""
+        found = self._through_run(point_id)
+        if found is None:
+            return None
+        if self._starts is None:
+            runs = self._runs.values() if self._runs is not None else ()
+            self._starts = dict(zip((r.run_id for r in runs), accumulate(map(len, map(_RUN_POINTS, runs)),
+                                                                       initial=0)))
+        return self._starts[found.run_id] + int(point_id.rpartition("/")[2])
 
     def _all(self) -> dict[str, Point]:
         if self._whole is None:

@@ -46,14 +46,16 @@ import itertools
 import math
 import operator
 import shlex
+import struct
 import types
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import replace as dataclasses_replace
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from findings.core import fmt
 from findings.derive.analysis import (Cell, Conclusions, Rules, Table, WorkloadConclusion, cells, conclude_tables,
                                       workload_tables)
-from findings.core.model import Dataset, Scalar
+from findings.core.model import Dataset, Scalar, slotted_maker
 from findings.derive.stats import Steps, codes, ratio_bounds, ratio_ci, step_pairs
 
 REGRESSION, IMPROVEMENT, DRIFT, SUSPECT = "regression", "improvement", "drift", "suspect"
@@ -250,7 +252,7 @@ def facts_json(changes: Sequence[FactChange]) -> dict[str, list[Scalar]]:
 
 # ---------------------------------------------------------------- moves
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Move:
     """One config's change between two consecutive campaigns that measured it."""
 
@@ -260,7 +262,8 @@ class Move:
     campaign: str
     rank: int  # the campaign's place in replay order (where a step takes effect)
     #: (C, new / old, the config's own band at C), for every C both measured.
-    ratios: tuple[tuple[int, float, float], ...]
+    #: (a ``Ratios`` where the moves were kept between commands: the same triples)
+    ratios: Sequence[tuple[int, float, float]]
     facts_changed: tuple[FactChange, ...]
     kind: str  # REGRESSION | IMPROVEMENT | DRIFT
     reason: str
@@ -303,6 +306,11 @@ class Move:
             f" (band {fmt.band(max(b for _, _, b in self.ratios))})"
 
 
+
+#: ``Move(*fields)``, every field in order: what a Move is unpickled through
+#: (the moves kept between commands, D175; slotted, D177).
+make_move: Callable[..., Move] = slotted_maker(Move, "make_move")
+
 def _band(old: Cell, new: Cell, rules: Rules) -> float:
     return max(rules.noise_floor, old.spread, new.spread)
 
@@ -336,6 +344,61 @@ def moves(all_cells: Iterable[Cell], facts_of: Callable[[str, str], Mapping[str,
     return moves_kept(cells_, facts_of, rules, None, None)[0]
 
 
+#: A move's ratio as ``Ratios`` packs it: (C, new / old, band), little-endian.
+_RATIO = struct.Struct("<qdd")
+
+
+class Ratios(Sequence[tuple[int, float, float]]):
+    """A move's ``ratios`` as the moves kept between commands hold them
+    (``MovesKept.packed``, D177): the triples packed in one ``bytes``, read
+    back as the tuple of triples (equal to it, hashed and printed as it),
+    each triple made as it is read. At a million points the 65k moves kept
+    held their 578k triples in 69 MiB of tuples and floats, 14 MB packed;
+    a render after a new campaign reads the ratios of a few of them."""
+
+    __slots__ = ("_packed",)
+
+    def __init__(self, packed: bytes) -> None:
+        self._packed = packed
+
+    @classmethod
+    def of(cls, ratios: Sequence[tuple[int, float, float]]) -> Ratios | None:
+        """``ratios`` packed, or None where a triple is not (int, float,
+        float) with an int of 64 bits and finite floats (kept as it is: a
+        NaN read back is another object, and unequal to itself)."""
+        if not all(type(t) is tuple and len(t) == 3 and type(t[0]) is int and -2**63 <= t[0] < 2**63
+                   and type(t[1]) is float and type(t[2]) is float and math.isfinite(t[1])
+                   and math.isfinite(t[2]) for t in ratios):
+            return None
+        return cls(b"".join(_RATIO.pack(*t) for t in ratios))
+
+    def __len__(self) -> int:
+        return len(self._packed) // _RATIO.size
+
+    def __iter__(self) -> Iterator[tuple[int, float, float]]:
+        return _RATIO.iter_unpack(self._packed)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def]
+        return tuple(self)[i]
+
+    def _tuple(self) -> tuple[tuple[int, float, float], ...]:
+        return tuple(self)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is Ratios:
+            return self._packed == other._packed
+        return self._tuple() == other
+
+    def __hash__(self) -> int:
+        return hash(self._tuple())
+
+    def __repr__(self) -> str:
+        return repr(self._tuple())
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return (Ratios, (self._packed,))
+
+
 #: Bump when what ``MovesKept`` holds, or how its chain is made, changes.
 MOVES_VERSION = "1"
 
@@ -356,6 +419,15 @@ class MovesKept:
     #: Each series' groups: the ranks of the campaigns where it has a cell
     #: of some throughput (what stats.step_pairs pairs), ascending.
     groups: Mapping[Series, tuple[int, ...]]
+
+    def packed(self) -> MovesKept:
+        """The same moves, each one's ratios packed (``Ratios``): what the
+        caller keeps between commands."""
+        out = []
+        for m in self.moves:
+            got = Ratios.of(m.ratios) if type(m.ratios) is tuple else None
+            out.append(m if got is None else dataclasses_replace(m, ratios=got))
+        return MovesKept(chain=self.chain, moves=tuple(out), groups=self.groups)
 
 
 def moves_chain(rules: Rules, configs: Mapping[str, Mapping[str, Scalar]], keys: Sequence[str]) -> tuple[str, ...]:

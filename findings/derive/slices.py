@@ -23,7 +23,7 @@ from itertools import chain, compress, repeat
 from operator import attrgetter
 from typing import Callable, Mapping, Sequence
 
-from findings.core.model import Dataset, Point
+from findings.core.model import Dataset, InPointOrder, Point
 from findings.derive.analysis import Cell, Rules, cells
 from findings.derive.validity import Counts, assess, speculative
 
@@ -154,7 +154,7 @@ def _points_held(data: Dataset, places: list[int]) -> list[Point]:
     return list(chain.from_iterable(map(_POINTS, map(data.runs.__getitem__, places))))
 
 
-Found = tuple[dict[str, tuple[str, ...]], dict[str, Counts], list[Cell]]
+Found = tuple[dict[str, tuple[str, ...]], Mapping[str, Counts], list[Cell]]
 
 
 def derive(data: Dataset, rules: Rules, given: Slices | None = None) -> Found:
@@ -317,7 +317,10 @@ def _assemble(data: Dataset, held: Mapping[str, list[int]], by_name: dict[str, S
     slots = list(map(next, map(each.__getitem__, names)))  # each point's, from its campaign's, in turn
     if len(slots) != len(points) or any(next(it, None) is not None for it in each.values()):
         return None
-    every = dict(zip(ids, slots))
+    # (by id through the points' runs, no dict of every id: a stored point's
+    # id is its run's id and its place there, store/schema.py, so where the
+    # runs' ids are distinct, so are the points', D177)
+    every = InPointOrder(data, slots, distinct=True)
     flagged: dict[str, tuple[str, ...]] = {}
     for s in by_name.values():
         if s.flagged:

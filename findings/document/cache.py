@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from findings.core import aside, diskio, jsonfast
+from findings.core import aside, diskio, heap, jsonfast
 from findings.document import columns
 from findings import store as store_mod
 from findings.derive.analysis import Rules, point_series
@@ -188,7 +188,10 @@ def _store_id(store: Path) -> str:
 
 
 def scan(store: Path) -> Scan:
-    """Each run file's key, hashing only the files whose stat changed."""
+    """Each run file's key, hashing only the files whose stat changed. (The
+    first step of every command that reads a store: from here on, large
+    blocks freed are given back, core/heap.py.)"""
+    heap.large_blocks_apart()
     cache = _usable(folder())
     runs = store / store_mod.RUNS
     try:
@@ -1124,7 +1127,9 @@ def _write_moves(path: Path, kept: regressions.MovesKept) -> None:
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
-        blob = pickle.dumps((code_fingerprint(), kept), protocol=pickle.HIGHEST_PROTOCOL)
+        # (each move's ratios packed: the next command holds them in a fifth
+        # of the memory, and reads few of them, D177)
+        blob = pickle.dumps((code_fingerprint(), kept.packed()), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # a fact that does not pickle: found again next time
         return
     _write(path, blob)

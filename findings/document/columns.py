@@ -29,7 +29,7 @@ from itertools import accumulate, chain, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, BinaryIO, Callable
 
-from findings.core.model import _NO_PARAMS, Metrics, Point, Run, _index_of, make_run, rows_of
+from findings.core.model import _NO_PARAMS, Metrics, Point, Run, _index_of, make_run, rows_in, rows_of
 from findings.store.schema import SHARED_MAX, campaign_of, facts_of, params_of, shareable_facts
 
 #: Bump when what a segment holds changes (a segment of another format is a miss).
@@ -273,8 +273,7 @@ def _decoded(doc: Any, apart: Apart | None = None) -> Decoded | None:
         if sum(widths) * 8 != len(values) or not len(keys) == len(headers) == len(counts):
             return None
         # Each row a part of one view of the segment's doubles, not a copy (D176).
-        shared = memoryview(values).cast("d")
-        made = list(map(Metrics, map(layouts.__getitem__, codes), repeat(shared), accumulate(widths, initial=0)))
+        made = rows_in(map(layouts.__getitem__, codes), memoryview(values).cast("d"), widths)
         total = sum(counts)
         if doc["packed"] is None:
             metrics: list[Any] = made

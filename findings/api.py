@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from findings import store
-from findings.core import aside, diskio, fmt
+from findings.core import aside, diskio, fmt, heap
 from findings.core.errors import FindingsError
 from findings.core.model import THROUGHPUT, Dataset
 from findings.derive import caveats, regressions
@@ -81,6 +81,7 @@ def derived(settings: Settings, found: rendercache.Scan | None = None) -> Derive
     ``with_history``."""
     found = found if found is not None else rendercache.scan(settings.store)
     data = rendercache.load(settings.store, found)
+    heap.large_blocks_apart()  # from the derivation on (D177)
     # millions of new objects, no cycles: a third of the time at 100k points
     with store.quiet_gc(), rendercache.intervals(found, keep=False):
         return _derive(settings, found, data)
@@ -110,6 +111,7 @@ def with_history(settings: Settings, found: rendercache.Scan | None = None) -> I
     is written back once the command has read the history."""
     found = found if found is not None else rendercache.scan(settings.store)
     data = rendercache.load(settings.store, found)
+    heap.large_blocks_apart()  # from the derivation on (D177)
     with store.quiet_gc(), rendercache.intervals(found):
         cache = rendercache.get_history(found)  # (at a million points, 0.4 s less with the collector off)
         d = _derive(settings, found, data, history_cache=cache, aside=aside.forked)

@@ -26,7 +26,7 @@ import errno as errno_mod
 import fcntl
 import os
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from findings.core.errors import FindingsError, InputError
 
@@ -122,16 +122,36 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _write_temp(path: Path, data: bytes | Iterable[bytes], durable: bool = True) -> Path:
-    """The data (bytes, or pieces of bytes written as they come) in a temp
-    file beside ``path`` (synced if ``durable``); removed again on any
-    failure, a failure to make the next piece included."""
+class _Out:
+    """A file object that writes each piece it is given through, whole."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def write(self, piece: bytes) -> int:
+        _write_all(self._fd, piece)
+        return len(piece)
+
+
+#: What writes a file's content into a file object (``pickle.dump``, say):
+#: the content written as it is made, never held whole.
+Filler = Callable[[Any], None]
+
+
+def _write_temp(path: Path, data: bytes | Iterable[bytes] | Filler, durable: bool = True) -> Path:
+    """The data (bytes, pieces of bytes written as they come, or a filler
+    that writes them into a file object) in a temp file beside ``path``
+    (synced if ``durable``); removed again on any failure, a failure to make
+    the next piece included."""
     fd, tmp = _temp(path.parent, path.name)
     try:
         try:
             os.fchmod(fd, 0o644)  # the umask may have narrowed it; documents and runs are shared
-            for piece in (data,) if isinstance(data, bytes) else data:
-                _write_all(fd, piece)
+            if callable(data):
+                data(_Out(fd))
+            else:
+                for piece in (data,) if isinstance(data, bytes) else data:
+                    _write_all(fd, piece)
             if durable:
                 os.fsync(fd)
         finally:
@@ -169,11 +189,12 @@ def write_new(path: Path, data: bytes) -> Path:
     return path
 
 
-def write_replace(path: Path, data: bytes | str | Iterable[bytes], *, make_parent: bool = True,
+def write_replace(path: Path, data: bytes | str | Iterable[bytes] | Filler, *, make_parent: bool = True,
                   durable: bool = True) -> Path:
     """Write or overwrite ``path`` atomically: the old content or the new, never half.
-    ``data`` may come in pieces (an iterable of bytes), written as they are
-    made: if making one fails, ``path`` keeps its old content.
+    ``data`` may come in pieces (an iterable of bytes, or a ``Filler``),
+    written as they are made: if making one fails, ``path`` keeps its old
+    content.
     Without ``durable``, no fsync: for derived files (the render cache) that
     may be lost in a crash but never read half-written."""
     raw = data.encode("utf-8") if isinstance(data, str) else data

@@ -4,12 +4,14 @@ glibc's malloc serves a block of 128 KiB or more from a mapping of its own,
 unmapped when it is freed, but raises that threshold to the size of each
 such block freed, up to 32 MiB: after the first large list or buffer is
 freed, the next ones come from the heap, whose pages a few live objects
-can hold long after the rest is freed. A render of a million points frees
-many large lists on its way (the points table's columns, the counts in
-the points' order, the labels' sort), and held 65 MiB of freed heap at
-its end, its peak. ``large_blocks_apart`` fixes the threshold where it
-starts, so that every large block is mapped apart and given back when it
-is freed: 18 MiB less at that peak (D177). Elsewhere than glibc, nothing.
+can hold long after the rest is freed. A render after a new campaign at
+a million points held 65 MiB of freed heap at the end of the document's
+build, its peak. ``large_blocks_apart`` fixes the threshold, so that every
+large block is mapped apart and given back when it is freed: 18 MiB less
+at that peak. It is called once the store is loaded (api.py), not before:
+reading 100k run files of one point each maps and unmaps so many large
+blocks that the render took 1.2 s longer with it fixed from the start
+(D177). Elsewhere than glibc, nothing.
 """
 
 from __future__ import annotations

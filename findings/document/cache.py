@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from findings.core import aside, diskio, heap, jsonfast
+from findings.core import aside, diskio, jsonfast
 from findings.document import columns
 from findings import store as store_mod
 from findings.derive.analysis import Rules, point_series
@@ -126,7 +126,7 @@ def _usable(cache: Path | None) -> Path | None:
     return cache if _safe(cache) else None
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: Path, data: bytes | diskio.Filler) -> None:
     """Atomically, without fsync (a derived file); a cache that cannot be
     written (a full disk, a read-only home) is simply not kept."""
     with contextlib.suppress(diskio.DiskError):
@@ -188,10 +188,7 @@ def _store_id(store: Path) -> str:
 
 
 def scan(store: Path) -> Scan:
-    """Each run file's key, hashing only the files whose stat changed. (The
-    first step of every command that reads a store: from here on, large
-    blocks freed are given back, core/heap.py.)"""
-    heap.large_blocks_apart()
+    """Each run file's key, hashing only the files whose stat changed."""
     cache = _usable(folder())
     runs = store / store_mod.RUNS
     try:
@@ -1126,10 +1123,9 @@ def put_moves(found: Scan, cache: regressions.MovesCache | None) -> None:
 def _write_moves(path: Path, kept: regressions.MovesKept) -> None:
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        # (each move's ratios packed: the next command holds them in a fifth
-        # of the memory, and reads few of them, D177)
-        blob = pickle.dumps((code_fingerprint(), kept.packed()), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # a fact that does not pickle: found again next time
-        return
-    _write(path, blob)
+    # (each move's ratios packed: the next command holds them in a fifth of
+    # the memory, and reads few of them; pickled into the file as it goes,
+    # not into 20 MB of bytes first at a million points: D177)
+    value = (code_fingerprint(), kept.packed())
+    with contextlib.suppress(Exception):  # a fact that does not pickle: found again next time
+        _write(path, functools.partial(pickle.dump, value, protocol=pickle.HIGHEST_PROTOCOL))

@@ -569,7 +569,8 @@ class PointsById(Mapping[str, Point]):
             runs = self._runs.values() if self._runs is not None else ()
             self._starts = dict(zip((r.run_id for r in runs), accumulate(map(len, map(_RUN_POINTS, runs)),
                                                                        initial=0)))
-        return self._starts[found.run_id] + int(point_id.rpartition("/")[2])
+        run_id, _, place = point_id.rpartition("/")  # (what ``_through_run`` found it by)
+        return self._starts[run_id] + int(place)
 
     def _all(self) -> dict[str, Point]:
         if self._whole is None:

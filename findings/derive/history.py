@@ -12,9 +12,9 @@ import copy
 import functools
 import hashlib
 import marshal
-from sys import intern
 from dataclasses import dataclass, field
 from operator import attrgetter
+from sys import intern
 from typing import Any, Callable, Mapping
 
 from findings.core import fmt
@@ -85,11 +85,10 @@ class Change:
         return head + (f": {'; '.join(self.evidence)}" if self.evidence else "")
 
 
-
 #: ``Provenance(*fields)`` and ``Change(*fields)``, every field in order:
 #: what they are unpickled through (the replay's state kept between
-#: commands: at a million points, 70k changes and 143k provenances, slotted
-#: in 14 MiB less, D177).
+#: commands holds 70k changes and 143k provenances at a million points:
+#: slotted, D177).
 make_provenance: Callable[..., Provenance] = slotted_maker(Provenance, "make_provenance")
 make_change: Callable[..., Change] = slotted_maker(Change, "make_change")
 
@@ -229,15 +228,15 @@ def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion, table
         if old is None or (old.config, old.decisive) != (new.config, new.decisive):
             used = [new.lead.a, new.lead.b] if new.lead else [new.cell]
             out.append(_change(w, subject, best_label(old) if old else None, best_label(new), best_evidence(new),
-                              prov(used)))
+                               prov(used)))
     for cand in after.candidates:
         prev = before.candidate(cand.config) if before else None
         if prev is None:
             versus = _overtaken(cand, before, table, facts_of) if table is not None and facts_of else None
             out.append(
                 _change(w, f"policy of {cand.config}", None, policy_label(cand),
-                       tuple(describe(c) for c in cand.comparisons),
-                       prov([c.b for c in cand.comparisons], versus))
+                        tuple(describe(c) for c in cand.comparisons),
+                        prov([c.b for c in cand.comparisons], versus))
             )
             continue
         old_v, new_v = prev.verdicts, cand.verdicts
@@ -248,10 +247,10 @@ def _changes(before: WorkloadConclusion | None, after: WorkloadConclusion, table
         used = [x for c in (flips or list(cand.comparisons)) for x in (c.a, c.b)]
         if (prev.policy, prev.threshold) != (cand.policy, cand.threshold):
             out.append(_change(w, f"policy of {cand.config}", policy_label(prev), policy_label(cand), flipped,
-                              prov(used)))
+                               prov(used)))
         elif flipped:
             out.append(_change(w, f"verdicts of {cand.config}", policy_label(prev), "unchanged policy", flipped,
-                              prov(used)))
+                               prov(used)))
     return out
 
 

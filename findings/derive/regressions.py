@@ -306,10 +306,10 @@ class Move:
             f" (band {fmt.band(max(b for _, _, b in self.ratios))})"
 
 
-
 #: ``Move(*fields)``, every field in order: what a Move is unpickled through
 #: (the moves kept between commands, D175; slotted, D177).
 make_move: Callable[..., Move] = slotted_maker(Move, "make_move")
+
 
 def _band(old: Cell, new: Cell, rules: Rules) -> float:
     return max(rules.noise_floor, old.spread, new.spread)

@@ -226,9 +226,8 @@ def group_runs(codes: Sequence[Sequence[int]]) -> tuple[Sequence[int], list[int]
     codes (rows with equal codes in their own order: a stable sort), and
     where each group starts in it, then its length. At C speed: the cells
     of a million points (findings/derive/analysis.py, issue 38). The row
-    numbers are an ``array("q")``, not a list: the document's labels keep
-    them for as long as the document is built, and a million of them as
-    ints took 38 MiB (8 MB as an array, D177)."""
+    numbers are an ``array("q")``, not a list: a million of them as ints
+    took 38 MiB, 8 MB as an array (D177)."""
     import numpy as np
 
     if not codes or not len(codes[0]):

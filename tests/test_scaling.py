@@ -657,3 +657,27 @@ def test_by_rank_groups_as_group_runs_does(seed):
     assert list(order) == list(want)
     assert spans == {ranks[want[lo]]: (lo, hi) for lo, hi in zip(starts, starts[1:])}
     assert by_rank([], 0)[1] == {} and len(by_rank([], 0)[0]) == 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_read_their_values_from_shared_places(seed):
+    """model.rows_in (D177): rows of any widths (none included) laid in one
+    buffer, longer than a block or not, each read back as its own values,
+    from a place below a block's length that is one int shared by every row
+    at that place."""
+    from array import array
+
+    from findings.core import model
+    rng = random.Random(seed)
+    orders = [tuple(f"k{i}" for i in range(k)) for k in range(9)]
+    keys = [rng.choice(orders) for _ in range(rng.choice([50, 40_000]))]
+    flat = [rng.random() for _ in range(sum(map(len, keys)))]
+    for rows in (model.packed_rows(keys, flat),
+                 model.rows_in(map(model._index_of, keys), memoryview(array("d", flat)), list(map(len, keys)))):
+        assert len(rows) == len(keys)
+        at = 0
+        for k, m in zip(keys, rows):
+            assert [m[x] for x in k] == flat[at:at + len(k)] and list(m.row()) == flat[at:at + len(k)]
+            assert m._at is model._STARTS[m._at]
+            at += len(k)
+        assert len({id(m._values) for m in rows}) == -(-len(flat) // model._BLOCK) or len(flat) < model._BLOCK

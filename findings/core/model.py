@@ -9,11 +9,12 @@ campaigns.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Mapping as _AbcMapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import accumulate, chain, compress, groupby, repeat
-from operator import add, and_, attrgetter, getitem, is_, rshift
+from itertools import accumulate, chain, compress, groupby, islice, repeat
+from operator import add, attrgetter, getitem, is_
 from types import MappingProxyType
 from typing import Any, Callable, ItemsView, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar, ValuesView
 
@@ -178,7 +179,7 @@ def packed_rows(keys: Sequence[tuple[str, ...]], flat: Sequence[float]) -> list[
     indexes: list[dict[str, int]] = list(map(_KEYS.get, keys))  # type: ignore[arg-type]
     if None in indexes:  # a key order not seen before in this process
         indexes = list(map(_index_of, keys))
-    return rows_in(indexes, whole, map(len, keys))
+    return rows_in(indexes, whole, list(map(len, keys)))
 
 
 #: Where a row starts in the buffer its ``Metrics`` reads (``_at``) is
@@ -189,20 +190,27 @@ _BLOCK = 1 << _SHIFT
 _STARTS = tuple(range(_BLOCK))
 
 
-def rows_in(indexes: Iterable[dict[str, int]], values: Any, widths: Iterable[int]) -> list[Metrics]:
+def rows_in(indexes: Iterable[dict[str, int]], values: Any, widths: Sequence[int]) -> list[Metrics]:
     """The ``Metrics`` of rows laid one after the other in ``values`` (an
     ``array("d")`` or a ``memoryview`` of doubles), with these key orders
     (``indexes``) and so many values each (``widths``). Each row reads a
     view of ``values`` that starts at a multiple of ``_BLOCK`` doubles, from
     a place below it: at a million points, a million ints of their own
-    (32 MiB) were a place each. At C speed."""
-    starts = list(accumulate(widths, initial=0))
+    (32 MiB) were a place each. At C speed, block by block."""
     if len(values) < _BLOCK:
-        return list(map(Metrics, indexes, repeat(values), map(_STARTS.__getitem__, starts)))
+        return list(map(Metrics, indexes, repeat(values), map(_STARTS.__getitem__, accumulate(widths, initial=0))))
+    starts = list(accumulate(widths, initial=0))
     whole = memoryview(values)
-    views = [whole[k:] for k in range(0, len(values) + 1, _BLOCK)]
-    return list(map(Metrics, indexes, map(views.__getitem__, map(rshift, starts, repeat(_SHIFT))),
-                    map(_STARTS.__getitem__, map(and_, starts, repeat(_BLOCK - 1)))))
+    rows = iter(indexes)
+    out: list[Metrics] = []
+    lo, n = 0, len(widths)
+    while lo < n:
+        base = starts[lo] >> _SHIFT << _SHIFT
+        hi = bisect_left(starts, base + _BLOCK, lo, n)  # the rows that start in this block
+        out.extend(map(Metrics, islice(rows, hi - lo), repeat(whole[base:]),
+                       map(_STARTS.__getitem__, accumulate(widths[lo:hi - 1], initial=starts[lo] - base))))
+        lo = hi
+    return out
 
 
 def _index_of(keys: tuple[str, ...]) -> dict[str, int]:

@@ -133,6 +133,19 @@ def _write(path: Path, data: bytes | diskio.Filler) -> None:
         diskio.write_replace(path, data, durable=False)
 
 
+def _write_pickled(path: Path, value: Any) -> bool:
+    """``value`` pickled into ``path`` as it goes (never held whole as bytes:
+    a segment of slices or the moves at a million points are 20-40 MB, in a
+    forked writer whose memory starts at this process's, D177), atomically;
+    whether it was written (not where a value does not pickle, or the disk
+    refuses: derived again next time)."""
+    try:
+        _write(path, functools.partial(pickle.dump, value, protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception:  # a value that does not pickle
+        return False
+    return path.is_file()
+
+
 def _read_pickle(path: Path | str) -> Any:
     """The entry, or None when it is missing or cannot be read."""
     try:
@@ -1061,13 +1074,8 @@ def _write_slices(folder_: Path, kept: dict[str, list[str]], given: slices_mod.S
     keys = sorted(entries)
     name = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
     path = folder_ / f"{name}.pickle"
-    try:
-        blob = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # a value that does not pickle: derived again next time
-        return
-    _write(path, blob)
-    if not path.is_file():
-        return  # not written (a full disk): derived again next time
+    if not _write_pickled(path, entries):
+        return  # not written (a value that does not pickle, a full disk): derived again next time
     index = {**kept, name: keys}
     _write(folder_ / "index.pickle", pickle.dumps((code_fingerprint(), index), protocol=pickle.HIGHEST_PROTOCOL))
     with contextlib.suppress(OSError):
@@ -1124,8 +1132,6 @@ def _write_moves(path: Path, kept: regressions.MovesKept) -> None:
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     # (each move's ratios packed: the next command holds them in a fifth of
-    # the memory, and reads few of them; pickled into the file as it goes,
-    # not into 20 MB of bytes first at a million points: D177)
-    value = (code_fingerprint(), kept.packed())
-    with contextlib.suppress(Exception):  # a fact that does not pickle: found again next time
-        _write(path, functools.partial(pickle.dump, value, protocol=pickle.HIGHEST_PROTOCOL))
+    # the memory, and reads few of them, D177; a fact that does not pickle:
+    # found again next time)
+    _write_pickled(path, (code_fingerprint(), kept.packed()))

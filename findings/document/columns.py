@@ -25,7 +25,7 @@ import hashlib
 import pickle
 import sys
 from array import array
-from itertools import accumulate, chain, repeat
+from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from typing import Any, BinaryIO, Callable
 

@@ -421,8 +421,8 @@ class Dataset:
     @cached_property
     def from_matrix(self) -> frozenset[str]:
         """The configs measured by runs that record the matrix they ran."""
-        return frozenset(p.config for r in self.runs if any(i.role == "matrix" for i in r.extra_inputs)
-                         for p in r.points)
+        return frozenset(p.config for r in compress(self.runs, map(_EXTRA_INPUTS, self.runs))
+                         if any(i.role == "matrix" for i in r.extra_inputs) for p in r.points)
 
     def read_runs(self) -> None:
         """Finds each of these now (each kept once found): the runs by id,
@@ -464,6 +464,7 @@ class Dataset:
 
 
 _RUN_POINTS = attrgetter("points")
+_EXTRA_INPUTS = attrgetter("extra_inputs")
 _POINT_ID = attrgetter("id")
 
 V = TypeVar("V")

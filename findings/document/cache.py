@@ -43,6 +43,7 @@ import dataclasses
 import functools
 import hashlib
 import mmap
+import operator
 import os
 import pickle
 import shutil
@@ -316,10 +317,13 @@ def needs_records(p: Point) -> bool:
     return p.series is None or "failed" not in p.metrics
 
 
+_REQUESTS = operator.attrgetter("requests")
+
+
 def derived_run(run: Run) -> Run:
     """The run as the render needs it: window series in, records out (but
     what validity.counts reads of them)."""
-    if not any(p.requests for p in run.points):
+    if not any(map(_REQUESTS, run.points)):
         return run
     points = tuple(p._replace(series=point_series(p), requests=records_counted(p)) if p.requests else p
                    for p in run.points)

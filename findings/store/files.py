@@ -75,6 +75,12 @@ def quiet_gc() -> Iterator[None]:
             gc.enable()
 
 
+#: ``os.path.basename`` of a path as a string: where "/" is the one
+#: separator, the part after the last one, without a Python call per file.
+_basename: Callable[[str], str] = ((lambda p: p[p.rfind("/") + 1:]) if os.sep == "/" and os.altsep is None
+                                   else os.path.basename)
+
+
 def read_run(path: Path | str, requests: bool | Callable[[Point], bool] = True, raw: bytes | None = None) -> Run:
     """One run file, validated, with its sidecar's per-request records
     (unless ``requests`` is False; when it is a function, only if it is
@@ -86,7 +92,7 @@ def read_run(path: Path | str, requests: bool | Callable[[Point], bool] = True, 
         except OSError as exc:
             raise StoreError(f"{path}: cannot read: {exc}") from exc
     label = str(path)
-    base = os.path.basename(label)
+    base = _basename(label)
     run = parse_run(raw, label, base[:-5] if base.endswith(".json") else Path(label).stem)
     if callable(requests) and run.sidecar is not None:
         requests = wants_records(run, requests)

@@ -699,7 +699,8 @@ def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
     exact parser. (Per-point ``requests`` records are not checked.)
     """
     r = _Reader(path, big_floats)
-    doc = migrate(r.obj(doc, "<root>"), path)
+    if not (type(doc) is dict and type(version := doc.get("schema_version")) is int and version == SCHEMA_VERSION):
+        doc = migrate(r.obj(doc, "<root>"), path)  # (one of this version needs none)
     common = _common_run(doc, r)
     if common is not None:
         return common

@@ -183,6 +183,12 @@ CHANGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "a point's concurrency a boolean": _at("points", 0, "concurrency")(True),
     "a point's parameter negative zero": _at("points", 0, "workload_params", "temperature")(-0.0),
     "a point's parameter beyond 2**63": _at("points", 0, "workload_params", "temperature")(1e19),
+    "a point's parameters plain": _at("points", 0, "workload_params")(
+        {"dataset_name": "random", "num_prompts": 160, "request_rate": "inf", "seed": None}),
+    "a point's parameters plain but a boolean": _at("points", 0, "workload_params")(
+        {"dataset_name": "random", "num_prompts": 1, "ignore_eos": True}),
+    "a point's parameters plain but a 1 where a True was": _at("points", 0, "workload_params")(
+        {"dataset_name": "random", "num_prompts": 1, "ignore_eos": 1}),
     "a point's series with a string": _at("points", 0, "series")({"key": schema.SERIES_KEY, "values": ["x"]}),
     "a point's series beyond 2**63": _at("points", 0, "series")({"key": schema.SERIES_KEY, "values": [1e19]}),
     "a point's series of other code": _at("points", 0, "series")({"key": "old", "values": [1.0]}),
@@ -204,7 +210,9 @@ def test_the_common_shape_reader_gives_what_the_field_reader_gives(name: str,
 TAKEN = {"valid", "an older schema (migrated)", "line hashes", "no provenance", "no environment",
          "per-campaign configs empty", "a config fact negative zero",
          "provenance a big integer", "the main input's path a file", "two points", "no sidecar, records inline",
-         "a point's note", "a point's series of other code", "a point's parameter negative zero"}
+         "a point's note", "a point's series of other code", "a point's parameter negative zero",
+         "a point's parameters plain", "a point's parameters plain but a boolean",
+         "a point's parameters plain but a 1 where a True was"}
 
 
 @pytest.mark.parametrize("name", sorted(TAKEN))
@@ -323,3 +331,49 @@ def test_a_series_of_plain_floats_reads_as_each_value_checked_reads_it(big_float
         assert repr(fast) == repr(checked), case  # repr: NaN and -0.0 compared as written
         fast_taken += not calls
     assert fast_taken > 100  # the random series of floats alone
+
+
+def test_plain_parameters_read_as_one_dict_and_keep_their_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A point's parameters of strings, integers and nulls are the process's
+    one dict of their values, found by their names and values (D178), the
+    same dict as a run of many points gets (``_plain_params``); a boolean
+    where an integer 1 was, or the other way round, is another dict, of its
+    own type."""
+    doc = _bench_doc()
+    doc["points"][0]["workload_params"] = {"dataset_name": "random", "num_prompts": 1, "flag": 1}
+    _read(doc, False, monkeypatch)  # the campaign read once
+    first, second = (schema.run_from_dict(copy.deepcopy(doc), "runs/x.json", big_floats=False) for _ in range(2))
+    params = first.points[0].workload_params
+    assert second.points[0].workload_params is params
+    assert schema._plain_params([{"dataset_name": "random", "num_prompts": 1, "flag": 1}])[0] is params
+    doc["points"][0]["workload_params"] = {"dataset_name": "random", "num_prompts": 1, "flag": True}
+    other = schema.run_from_dict(copy.deepcopy(doc), "runs/x.json", big_floats=False).points[0].workload_params
+    assert other == params and other is not params and type(other["flag"]) is bool and type(params["flag"]) is int
+
+
+@pytest.mark.parametrize("label", ["a/b/c.json", "c.json", "/x/", "", "a//b", "/", "store.json/runs/x", "./x.json"])
+def test_a_file_names_base_is_the_one_os_path_finds(label: str) -> None:
+    import os
+
+    from findings.store import files
+    assert files._basename(label) == os.path.basename(label)
+
+
+def test_a_run_file_named_for_another_run_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run id is checked against the file's name without its .json,
+    wherever the folders above it are named .json too (D178)."""
+    from findings.store import files
+    doc = _bench_doc()
+    del doc["requests"]
+    _read(doc, False, monkeypatch)  # the campaign read once
+    folder = tmp_path / "store.json" / "runs"
+    folder.mkdir(parents=True)
+    raw = json.dumps(doc).encode()
+    right, wrong = folder / f"{doc['run_id']}.json", folder / "bench-other.json"
+    right.write_bytes(raw)
+    wrong.write_bytes(raw)
+    for path in (right, str(right)):
+        assert files.read_run(path, requests=False).run_id == doc["run_id"]
+    for path in (wrong, str(wrong)):
+        with pytest.raises(StoreError, match="file name does not match run_id"):
+            files.read_run(path, requests=False)

@@ -162,6 +162,10 @@ demo: $(STAMP)
 # PERF_ARGS="--sections efficiency,workers" runs only those sections (perf.py --help).
 # A venv is built only for the sections that run its client (perf.py --setups,
 # from PEER_SECTIONS): PERF_ARGS="--sections render" builds neither.
+# About 19 minutes here once the venvs and the render section's stores are
+# built; the first run builds them too (about 3 and 12 minutes, D179).
+# PERF_ARGS="--efficiency-rounds 2" measures each client twice (about 3.6
+# minutes more) and shows the best and the worst round.
 PERF_ARGS ?=
 perf: $(STAMP)
 	$(foreach s,$(shell $(BIN)/python benchmarks/perf/perf.py --setups $(PERF_ARGS)),bash $(s) &&) true

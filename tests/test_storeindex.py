@@ -145,3 +145,66 @@ def test_a_batch_is_checked_against_its_own_earlier_runs(tmp_path: Path) -> None
     store.add_runs(st, [a, b, _variant(base, "e")])
     assert len(list((st / "runs").glob("*.json"))) == len([n for n in before if n.endswith(".json")]) + 3
     assert storeindex.status(st).state == "current"
+
+
+def _pairwise(existing, runs):
+    """The refusal of checking each run against every one before it (as
+    store.add_runs did before D179), or None."""
+    for i, run in enumerate(runs):
+        try:
+            store._check_not_stored(existing + runs[:i], run)
+        except DuplicateError as exc:
+            return str(exc)
+    return None
+
+
+def test_a_batch_checked_by_lookups_refuses_as_every_pair_did() -> None:
+    """D179: ``_check_none_stored`` finds, for each run of a batch, the first
+    run before it (stored, then earlier in the batch) with its content, its
+    id or one of its records, and gives that run's refusal: the same as
+    comparing it with every run before it, over random batches where runs
+    share each of these with others, one or several at once."""
+    import dataclasses
+    import random
+
+    base = rigor_run()
+    hashes = sorted(base.line_hashes)
+    rng = random.Random(7)
+    refused = passed = 0
+    for trial in range(300):
+        runs = []
+        for k in range(rng.randint(1, 9)):
+            run = dataclasses.replace(base, run_id=f"r{rng.randint(0, 12)}", source_sha256=f"{rng.randint(0, 12):064d}",
+                                      line_hashes=frozenset(rng.sample(hashes, rng.randint(0, 3))) if rng.random() < 0.5
+                                      else frozenset(f"own-{trial}-{k}-{j}" for j in range(2)))
+            runs.append(run)
+        cut = rng.randint(0, len(runs))
+        existing, batch = runs[:cut], runs[cut:]
+        want = _pairwise(existing, batch)
+        try:
+            store._check_none_stored(existing, batch)
+            got = None
+        except DuplicateError as exc:
+            got = str(exc)
+        assert got == want, (trial, [(r.run_id, r.source_sha256[-2:], sorted(r.line_hashes)) for r in runs], cut)
+        refused += want is not None
+        passed += want is None
+    assert refused > 50 and passed > 20  # both outcomes taken many times
+
+
+def test_a_workload_defined_again_is_found_through_the_whole_index(tmp_path: Path) -> None:
+    """D179: the latest definition of a workload key is read through the
+    index's whole key (its time and run), not by visiting every run that
+    defined it: a store of one run file per point no longer checks each new
+    file against every earlier one. A different definition is still found."""
+    from findings.core.errors import LabelError
+    st = seeded(tmp_path)
+    base = rigor_run()
+    store.add_runs(st, [_variant(base, f"v{i}", workload_params={"input_len": 512}) for i in range(3)])
+    store.add_runs(st, [_variant(base, "same", workload_params={"input_len": 512})])  # the same definition: stored
+    with pytest.raises(LabelError, match="chat-512"):
+        store.add_runs(st, [_variant(base, "other", workload_params={"input_len": 1024})])
+    con = sqlite3.connect(storeindex.path(st))
+    plan = con.execute("EXPLAIN QUERY PLAN SELECT value FROM workloads WHERE name = ? AND key = ? AND created = ? "
+                       "AND run_id = ?", ("a", "b", "c", "d")).fetchall()
+    assert "created=? AND run_id=?" in str(plan)

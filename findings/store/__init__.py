@@ -333,6 +333,36 @@ def _check_not_stored(existing: list[Run], run: Run) -> None:
             )
 
 
+def _check_none_stored(existing: list[Run], runs: list[Run]) -> None:
+    """``_check_not_stored`` of each of ``runs`` against ``existing`` and the
+    batch's runs before it, with the same refusal for the first that fails,
+    in time linear in the runs and their records: each one's content hash,
+    id and record hashes looked up among those before it (the first run
+    that holds each), not compared with every run before it (a batch of
+    10,000 runs into a new store took 10 s, D179)."""
+    before: list[Run] = []
+    first_sha: dict[str, int] = {}
+    first_id: dict[str, int] = {}
+    first_line: dict[str, int] = {}
+
+    def note(run: Run) -> None:
+        at = len(before)
+        before.append(run)
+        first_sha.setdefault(run.source_sha256, at)
+        first_id.setdefault(run.run_id, at)
+        for h in run.line_hashes:
+            first_line.setdefault(h, at)
+
+    for run in existing:
+        note(run)
+    for run in runs:
+        found = [at for at in (first_sha.get(run.source_sha256), first_id.get(run.run_id)) if at is not None]
+        found.extend(at for at in map(first_line.get, run.line_hashes) if at is not None)
+        if found:
+            _check_not_stored([before[min(found)]], run)  # the first that holds any: its refusal
+        note(run)
+
+
 def _check_consistent(runs: list[Run]) -> None:
     merged = merge(runs)  # raises on contradicting campaigns
     sources: dict[str, set[bool]] = {}
@@ -388,8 +418,7 @@ def add_runs(store: Path, runs: list[Run], *, baseline: str | None = None,
     docs = [_storable(run) for run in runs]
     _check_baseline(runs, baseline)
     if create and not is_store(store):  # a batch refused on its own leaves no new store behind
-        for i, run in enumerate(runs):
-            _check_not_stored(runs[:i], run)
+        _check_none_stored([], runs)
         _check_labels([], runs, None, allow_workload_change)
         _check_consistent(runs)
     with locked(store, create):
@@ -400,8 +429,7 @@ def add_runs(store: Path, runs: list[Run], *, baseline: str | None = None,
                 index = None  # no index (a full disk, a damaged run file): the full check
             if index is None or _any_conflict(index, runs):
                 existing = load_runs(store, requests=False)
-                for i, run in enumerate(runs):
-                    _check_not_stored(existing + runs[:i], run)
+                _check_none_stored(existing, runs)
                 _check_labels(existing, runs, None, allow_workload_change)
                 _check_consistent(existing + runs)
             written: list[Path] = []

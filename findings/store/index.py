@@ -190,12 +190,14 @@ class Index:
             for key, values in keys.items():
                 if len(values) > 1:
                     return True
-                latest = c.execute("SELECT run_id FROM workloads WHERE name = ? AND key = ? "
+                latest = c.execute("SELECT created, run_id FROM workloads WHERE name = ? AND key = ? "
                                    "ORDER BY created DESC, run_id DESC LIMIT 1", (name, key)).fetchone()
                 if latest is None:
                     continue
+                # (its time too, which every row of a run holds: the whole index
+                # is searched, not every run that defined the name, D179)
                 stored = {v for (v,) in c.execute("SELECT value FROM workloads WHERE name = ? AND key = ? "
-                                                  "AND run_id = ?", (name, key, latest[0]))}
+                                                  "AND created = ? AND run_id = ?", (name, key, *latest))}
                 if {_enc(v) for v in values} != stored:
                     return True
         for config, campaign in identity.measured(run):

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import math
 import random
+import sqlite3
 import subprocess
 import zlib
 from pathlib import Path
@@ -392,6 +393,11 @@ def test_render_scaling_builds_exact_deterministic_stores(tmp_path):
             "points_with_requests"} <= set(rows[0])
     assert all(r["wall_s"] > 0 and r["bytes_per_point"] > 0 for r in rows)
     assert sorted(p.name for p in (tmp_path / "work" / "store-120" / "runs").glob("perf-write-*")) == []
+    # ...and the index as it was before them: no run it knows is gone, so the next write does not rebuild it (D179).
+    from findings.store import index as storeindex
+    assert storeindex.status(tmp_path / "work" / "store-120").state == "current"
+    assert not any(r.startswith("perf-write-") for r in storeindex.Index(
+        tmp_path / "work" / "store-120", sqlite3.connect(storeindex.path(tmp_path / "work" / "store-120"))).run_ids())
     # The same points one run file per point, as `findings bench --url` writes them (item 4 of issue 38).
     bench = tmp_path / "bench"
     stats_bench = mod.build_store(bench, 300, seed=3, request_fraction=0.2, shape="bench")

@@ -416,6 +416,9 @@ def _params(params: dict[str, Any], canon: dict[str, str], types: tuple[type, ..
     strings are, within the run."""
     if types is None:
         types = tuple(map(type, params.values()))
+    if _PLAIN_KINDS.issuperset(types):  # looked up as _plain_params looks up a run's (D178)
+        found = _PLAIN_PARAMS.get((tuple(params), tuple(params.values())))
+        return found if found is not None else _plain_params([params])[0]
     if float not in types:
         return params_of(tuple(params), tuple(params.values()), types)
     return {k: canon.setdefault(v, v) if type(v) is str else v for k, v in params.items()}
@@ -534,9 +537,7 @@ def _facts(v: Any) -> dict[str, Scalar] | None:
         return None
     types = tuple(map(type, v.values()))
     if _FACT_TYPES.issuperset(types):
-        key = ("facts", tuple(v), tuple(v.values()), types)
-        found = _SHARED.get(key)  # (the usual case: a dict of facts read before, in another run file)
-        return found if found is not None else _shared(key, lambda: v)  # type: ignore[no-any-return]
+        return _shared(("facts", tuple(v), tuple(v.values()), types), lambda: v)  # type: ignore[no-any-return]
     if not _SCALARS.issuperset(types) or not all(-_BIG < x < _BIG for x in v.values() if type(x) is float):
         return None
     return _shared(("facts", repr(v)), lambda: v)  # type: ignore[no-any-return]
@@ -679,15 +680,9 @@ def _common_point(p: Any, i: int, seen: set[str], run_id: str, source: str, sour
     # One string object per distinct name (in the process) and parameter
     # value (in the run); the parser makes one per occurrence: about 40 MiB
     # fewer at 100k points. Positional, in the fields' order: faster.
-    if _PLAIN_KINDS.issuperset(ptypes):  # as _plain_params finds them, without a list of one
-        shared = _PLAIN_PARAMS.get((tuple(params), tuple(params.values())))
-        if shared is None:
-            shared = _plain_params([params])[0]
-    else:
-        shared = _params(params, canon, ptypes)
     return Point(f"{run_id}/{i}", run_id, _intern(campaign), _intern(config), _intern(workload), conc,
                  Metrics.packed(tuple(metrics_raw), values), source, source_file, line, note,
-                 shared, requests, series)
+                 _params(params, canon, ptypes), requests, series)
 
 
 def run_from_dict(doc: Any, path: str, big_floats: bool = True) -> Run:
